@@ -1,0 +1,5 @@
+"""The Tensor API. Importing this package attaches every op family to `Tensor`."""
+
+from lumos.frontend.tensor import Tensor, tensor_method
+
+__all__ = ["Tensor", "tensor_method"]

@@ -1,0 +1,157 @@
+"""The reference runtime: numpy executes the HLIR directly. It is the normative
+semantics of every primitive and dtype, and the oracle other runtimes are checked
+against. Half-precision values are computed in float32 and rounded on store."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from lumos.dtype import DType, bf16, f16, from_numpy_value, to_numpy_value
+from lumos.graph import Graph
+from lumos.hlir import Node
+from lumos.runtime.base import Program
+from lumos.shape import View
+
+_UNARY = {"Exp2": np.exp2, "Log2": np.log2, "Sin": np.sin, "Sqrt": np.sqrt,
+          "Recip": np.reciprocal}
+
+
+def read(arr: np.ndarray, view: View, env: dict[str, int]) -> np.ndarray:
+    """The logical array a consumer sees when it reads buffer `arr` through `view`."""
+    shape = tuple(int(e.eval(env)) for e in view.shape)
+    if view.is_contiguous():
+        return arr.reshape(shape)
+    nd = len(shape)
+    zs = {f"z{i}": np.arange(n).reshape([n if j == i else 1 for j in range(nd)])
+          for i, n in enumerate(shape)}
+    if 0 in shape:
+        return np.zeros(shape, arr.dtype)
+    scope = env | zs
+    idx = np.broadcast_to(np.asarray(view.index.eval(scope), dtype=np.int64), shape)
+    flat = arr.reshape(-1)
+    if view.valid.is_num and view.valid.value == 1:
+        return flat[idx]
+    valid = np.broadcast_to(np.asarray(view.valid.eval(scope)) != 0, shape)
+    if flat.size == 0:
+        return np.zeros(shape, arr.dtype)
+    vals = flat[np.clip(idx, 0, flat.size - 1)]
+    return np.where(valid, vals, np.zeros((), arr.dtype))
+
+
+def _compute_dtype(d: DType) -> Any:
+    return np.float32 if d is f16 or d is bf16 else d.np
+
+
+def evaluate(node: Node, args: list[np.ndarray], in_dtypes: list[DType], env: dict[str, int],
+             data: np.ndarray | None = None) -> np.ndarray:
+    """One node's result (storage dtype), given its inputs as logical arrays."""
+    op, dt = node.op, node.dtype
+    shape = tuple(int(e.eval(env)) for e in node.shape)
+    if op == "Input":
+        assert data is not None
+        return data
+    if op == "Constant":
+        return from_numpy_value(np.full(shape, node.value, dtype=_compute_dtype(dt)), dt)
+    if op == "Iota":
+        nd = len(shape)
+        zs = {f"z{i}": np.arange(n).reshape([n if j == i else 1 for j in range(nd)])
+              for i, n in enumerate(shape)}
+        vals = np.broadcast_to(np.asarray(node.expr.eval(env | zs)), shape)
+        return vals.astype(dt.np)
+    vals = [to_numpy_value(a, d) for a, d in zip(args, in_dtypes, strict=True)]
+    if op in _UNARY:
+        x = vals[0].astype(_compute_dtype(dt), copy=False)
+        return from_numpy_value(_UNARY[op](x), dt)
+    if op in ("Add", "Mul", "Mod", "LessThan"):
+        ct = _compute_dtype(in_dtypes[0])
+        a, b = (v.astype(ct, copy=False) for v in vals)
+        if op == "Add":
+            r = a + b
+        elif op == "Mul":
+            r = a * b
+        elif op == "Mod":
+            r = np.fmod(a, b) if a.dtype.kind == "f" else _int_fmod(a, b)
+        else:
+            return np.less(a, b)
+        return from_numpy_value(r, dt)
+    if op == "SumReduce":
+        x = vals[0]
+        if dt.is_bool:
+            return np.any(x, axis=node.axis)
+        ct = np.float32 if dt.is_float and dt.bits < 32 else dt.np
+        return from_numpy_value(np.sum(x, axis=node.axis, dtype=ct), dt)
+    if op == "MaxReduce":
+        x = vals[0]
+        if x.shape[node.axis] == 0:
+            return from_numpy_value(np.full(shape, _lowest(dt)), dt)
+        return from_numpy_value(np.max(x, axis=node.axis), dt)
+    if op == "Cast":
+        return from_numpy_value(vals[0], dt)
+    if op == "Gather":
+        idx, src = args[0].astype(np.int64), args[1].reshape(-1)
+        ok = (idx >= 0) & (idx < src.size)
+        if src.size == 0:
+            return np.zeros(shape, src.dtype)
+        return np.where(ok, src[np.where(ok, idx, 0)], np.zeros((), src.dtype))
+    if op == "Scatter":
+        dest, idx, src = args[0].reshape(-1).copy(), args[1].reshape(-1), args[2].reshape(-1)
+        ok = (idx >= 0) & (idx < dest.size)
+        dest[idx[ok].astype(np.int64)] = src[ok]
+        return dest.reshape(shape)
+    if op == "Output":
+        return np.ascontiguousarray(args[0])
+    raise NotImplementedError(op)
+
+
+def _int_fmod(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """C `%` on integers (truncated); x % 0 is defined here as 0."""
+    safe = np.where(b == 0, 1, b)
+    return np.where(b == 0, 0, np.fmod(a, safe))
+
+
+def _lowest(dt: DType) -> Any:
+    if dt.is_float:
+        return -np.inf
+    if dt.is_bool:
+        return False
+    return np.iinfo(dt.np).min
+
+
+class ReferenceRuntime:
+    """numpy, no search: executes the HLIR node by node."""
+
+    name = "reference"
+
+    def compile(self, graph: Graph, options: Any = None) -> ReferenceProgram:
+        return ReferenceProgram(graph)
+
+
+class ReferenceProgram(Program):
+    def _run(self, env: dict[str, int]) -> None:
+        g = self.graph
+        needed = _live(g)
+        vals: dict[int, np.ndarray] = {}
+        with np.errstate(all="ignore"):
+            for i, node in enumerate(g.nodes):
+                if i not in needed:
+                    continue
+                args = [read(vals[j], v, env) for j, v in zip(node.inputs, node.views,
+                                                                strict=True)]
+                in_dtypes = [g.nodes[j].dtype for j in node.inputs]
+                vals[i] = evaluate(node, args, in_dtypes, env, self._data.get(i))
+                if node.op == "Output":
+                    self._store(i, vals[i])
+
+
+def _live(g: Graph) -> set[int]:
+    live, stack = set(), list(g.outputs)
+    while stack:
+        i = stack.pop()
+        if i not in live:
+            live.add(i)
+            stack.extend(g.nodes[i].inputs)
+    return live
+
+
