@@ -1,5 +1,6 @@
 """lumos: a search-based deep-learning inference compiler."""
 
+import lumos.frontend  # noqa: F401  (attaches the op families to Tensor)
 from lumos.dtype import DType, bf16, bool_, f16, f32, f64, i8, i16, i32, i64, u8
 from lumos.errors import BindError, DTypeError, LumosError, ShapeError
 from lumos.frontend.tensor import (

@@ -22,7 +22,7 @@ from lumos.shape import Expr, View, sym, z
 from lumos.shape.expr import ONE, ZERO, IntLike
 from lumos.shape.view import numel as _numel
 
-Scalar = Union[bool, int, float]
+Scalar = bool | int | float
 TensorLike = Union["Tensor", bool, int, float]
 F = TypeVar("F", bound=Callable[..., Any])
 
