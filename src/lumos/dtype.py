@@ -34,6 +34,9 @@ class DType:
     def __repr__(self) -> str:
         return f"lumos.{self.name}"
 
+    def __reduce__(self) -> tuple:  # unpickle to the singleton: dtypes are compared with `is`
+        return as_dtype, (self.name,)
+
 
 f32 = DType("f32", np.dtype(np.float32), "float", 32)
 f16 = DType("f16", np.dtype(np.float16), "float", 16)

@@ -1,0 +1,113 @@
+"""CompileOptions: the knobs of saturation, search and timing, checked on construction."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+Bucket = tuple[int, int | None, int]  # (min, max or None for unbounded, representative)
+
+
+@dataclass(frozen=True)
+class CompileOptions:
+    """How `Graph.compile` searches. Times are in seconds; None means no limit.
+
+    Search: at most `limit` candidates are run (Measured or Invalid; Rejected ones are
+    free), `generation_size` per generation. Offspring are copies of the `keep_best` best
+    programs with 1..`mutations` e-classes re-picked. After `stagnation` generations without
+    a new best the next generation is fresh random genomes. `early_stop_factor` (>= 1):
+    once `2 * stagnation * generation_size` candidates in a row have been counted since
+    the last one that ran within `early_stop_factor` times the best time, the search stops.
+    `search_time_limit` bounds the whole search. Same `seed`, same space, same timings:
+    same choice.
+
+    Timing: each candidate is timed `trials` times (the runtime ranks by the median);
+    `candidate_timeout` bounds compiling and checking one candidate, `execution_timeout`
+    one execution of it.
+
+    `dim_buckets`: per dynamic dim a list of buckets, each `(min, max, representative)` or
+    an object with those attributes (`lumos.egraph.DimBucket`); stored as tuples. One
+    saturation and one search per combination of buckets.
+
+    E-graph budgets: `max_enodes`, `max_iterations` (of the bounded rulesets),
+    `saturation_time_limit`.
+    """
+
+    limit: int = 100
+    generation_size: int = 10
+    mutations: int = 10
+    trials: int = 3
+    keep_best: int = 1
+    stagnation: int = 3
+    candidate_timeout: float | None = 60.0
+    execution_timeout: float | None = 10.0
+    early_stop_factor: float | None = None
+    seed: int = 0
+    dim_buckets: Mapping[str, Sequence[Any]] = field(default_factory=dict)
+    search_time_limit: float | None = None
+    max_enodes: int = 1_000_000
+    max_iterations: int = 16
+    saturation_time_limit: float | None = 60.0
+
+    def __post_init__(self) -> None:
+        for name in ("limit", "generation_size", "mutations", "trials", "keep_best",
+                     "stagnation", "max_enodes", "max_iterations"):
+            _check_int(name, getattr(self, name), 1)
+        _check_int("seed", self.seed, None)
+        for name in ("candidate_timeout", "execution_timeout", "search_time_limit",
+                     "saturation_time_limit"):
+            v = getattr(self, name)
+            if v is not None and not (_is_real(v) and v > 0 and not math.isnan(v)):
+                raise ValueError(f"CompileOptions.{name} must be a positive number of "
+                                 f"seconds or None, got {v!r}")
+        f = self.early_stop_factor
+        if f is not None and not (_is_real(f) and f >= 1):
+            raise ValueError(f"CompileOptions.early_stop_factor must be a number >= 1 or None, "
+                             f"got {f!r}")
+        object.__setattr__(self, "dim_buckets", _check_buckets(self.dim_buckets))
+
+
+def _is_real(v: object) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool)
+
+
+def _check_int(name: str, v: object, lo: int | None) -> None:
+    if not isinstance(v, int) or isinstance(v, bool) or (lo is not None and v < lo):
+        want = "an int" if lo is None else f"an int >= {lo}"
+        raise ValueError(f"CompileOptions.{name} must be {want}, got {v!r}")
+
+
+def _check_buckets(spec: object) -> dict[str, tuple[Bucket, ...]]:
+    if not isinstance(spec, Mapping):
+        raise ValueError("CompileOptions.dim_buckets must map dim names to lists of "
+                         f"(min, max, representative) buckets, got {spec!r}")
+    out = {}
+    for dim, buckets in spec.items():
+        where = f"CompileOptions.dim_buckets[{dim!r}]"
+        if not isinstance(dim, str) or isinstance(buckets, str | bytes) or \
+                not isinstance(buckets, Sequence) or not buckets:
+            raise ValueError(f"{where} must be a non-empty list of buckets, got {buckets!r}")
+        norm = sorted((_bucket(b, where) for b in buckets), key=lambda b: b[0])
+        for (_, hi, _), (lo, _, _) in zip(norm, norm[1:], strict=False):
+            if hi is None or hi >= lo:
+                raise ValueError(f"{where}: buckets overlap: {norm}")
+        out[dim] = tuple(norm)
+    return out
+
+
+def _bucket(b: Any, where: str) -> Bucket:
+    if all(hasattr(b, a) for a in ("min", "max", "representative")):
+        t = (b.min, b.max, b.representative)
+    elif isinstance(b, Sequence) and len(b) == 3:
+        t = tuple(b)
+    else:
+        raise ValueError(f"{where}: a bucket is (min, max, representative), got {b!r}")
+    lo, hi, rep = t
+    ints = all(isinstance(x, int) and not isinstance(x, bool) for x in (lo, rep)) and \
+        (hi is None or isinstance(hi, int) and not isinstance(hi, bool))
+    if not ints or lo < 0 or rep < lo or (hi is not None and hi < rep):
+        raise ValueError(f"{where}: bucket {b!r} needs ints 0 <= min <= representative <= max "
+                         "(max may be None)")
+    return lo, hi, rep

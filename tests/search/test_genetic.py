@@ -1,0 +1,182 @@
+import itertools
+import math
+
+import pytest
+
+from lumos.search import (
+    CompileOptions,
+    GeneticSearch,
+    Genomes,
+    Invalid,
+    Measured,
+    Rejected,
+    SearchError,
+    extract,
+    genome_key,
+)
+from lumos.search.genetic import MAX_REJECTED_GENERATIONS
+from tests.search.spaces import alt, grid_space, grid_time, make_space
+
+
+def drive(search, evaluate):
+    """Run the pull loop by hand; returns every (genome, outcome) in order."""
+    seen = []
+    while (g := search.next_candidate()) is not None:
+        outcome = evaluate(g)
+        seen.append((g, outcome))
+        search.report(g, outcome)
+    return seen
+
+
+def measured(space):
+    return lambda g: Measured(grid_time(space, g))
+
+
+def test_first_candidate_is_the_baseline_and_limit_counts():
+    space = grid_space(6, 3)
+    search = GeneticSearch(space, CompileOptions(limit=25))
+    seen = drive(search, measured(space))
+    assert [n.op for _, n in extract(space, seen[0][0])] == ["v0"] * 6 + ["Output"]
+    assert len(seen) == search.counted == 25
+    assert search.stop_reason.startswith("limit")
+    assert search.best() == min(((g, o.seconds) for g, o in seen), key=lambda t: t[1])
+
+
+def test_same_seed_same_sequence_and_choice():
+    space = grid_space(6, 3)
+    runs = [drive(GeneticSearch(space, CompileOptions(limit=40, seed=s)), measured(space))
+            for s in (7, 7, 8)]
+    assert runs[0] == runs[1]
+    assert [g for g, _ in runs[0]] != [g for g, _ in runs[2]]
+
+
+def test_exhausts_a_small_space_and_finds_its_optimum():
+    space = grid_space(3, 3)
+    search = GeneticSearch(space, CompileOptions(limit=100, generation_size=4))
+    seen = drive(search, measured(space))
+    assert len(seen) == 27 and search.stop_reason == "no new program left to try"
+    every = [{0: 0, 1: i, 2: j, 3: k} for i, j, k in itertools.product(range(3), repeat=3)]
+    assert search.best()[1] == min(grid_time(space, g) for g in every)
+
+
+def test_genomes_with_the_same_program_are_evaluated_once():
+    spec = {"out": [alt("Output", "a", "b")],
+            "a": [alt("Neg", "x"), alt("Neg", "y")],  # x and y hold the same input
+            "x": [alt("Input", fields=("x",))], "y": [alt("Input", fields=("x",))],
+            "b": [alt("P"), alt("Q")]}
+    space = make_space(spec, "out")
+    gs = Genomes(space)
+    search = GeneticSearch(space, CompileOptions(generation_size=4))
+    seen = drive(search, lambda g: Measured(1.0))
+    assert len(seen) == 2  # 4 genomes, 2 programs
+    assert len({gs.fingerprint(g) for g, _ in seen}) == 2
+    assert len({genome_key(g) for g, _ in seen}) == 2
+
+
+def test_rejected_candidates_do_not_count():
+    space = grid_space(6, 3)
+    calls = itertools.count()
+    search = GeneticSearch(space, CompileOptions(limit=7, generation_size=4))
+    seen = drive(search, lambda g: Rejected("no") if next(calls) % 2 else
+                 Measured(grid_time(space, g)))
+    assert search.counted == 7 and search.rejected == 6 and len(seen) == 13
+
+
+def test_a_fully_rejected_generation_does_not_stall_the_search():
+    space = grid_space(6, 3)
+    calls = itertools.count()
+    search = GeneticSearch(space, CompileOptions(limit=10, generation_size=5))
+    seen = drive(search, lambda g: Rejected("cap") if next(calls) < 5 else Measured(1.0))
+    assert search.counted == 10 and len(seen) == 15 and search.best() is not None
+
+
+def test_always_rejected_gives_up_with_the_reason():
+    space = grid_space(8, 3)
+    search = GeneticSearch(space, CompileOptions(generation_size=2))
+    with pytest.raises(SearchError, match="no candidate could be measured.*rejected: too big"):
+        search.run(lambda g: Rejected("too big"))
+    assert search.rejected == 2 * MAX_REJECTED_GENERATIONS
+
+
+def test_invalid_and_crashing_candidates_lose():
+    space = grid_space(5, 3)
+    valid = []
+
+    def evaluate(g):
+        ops = [n.op for _, n in extract(space, g)]
+        if ops[0] == "v1":
+            raise RuntimeError("kernel crashed")
+        if ops[1] == "v2":
+            return Invalid("wrong output")
+        valid.append(grid_time(space, g))
+        return Measured(valid[-1])
+
+    def crash(g):
+        raise RuntimeError("kernel crashed")
+
+    search = GeneticSearch(space, CompileOptions(limit=60))
+    genome, seconds = search.run(evaluate)
+    assert search.counted == 60 and len(valid) < 60 and seconds == min(valid)
+    ops = [n.op for _, n in extract(space, genome)]
+    assert ops[0] != "v1" and ops[1] != "v2"
+    with pytest.raises(SearchError, match="invalid: RuntimeError: kernel crashed"):
+        GeneticSearch(space, CompileOptions(limit=5)).run(crash)
+
+
+def test_early_stop():
+    space = grid_space(6, 3)
+    calls = itertools.count()
+    opts = CompileOptions(early_stop_factor=2.0, generation_size=5, stagnation=2)
+    search = GeneticSearch(space, opts)
+    seen = drive(search, lambda g: Measured(1.0 if next(calls) == 0 else 10.0))
+    assert search.counted == len(seen) == 1 + 2 * 2 * 5  # the best, then the patience
+    assert search.stop_reason.startswith("early stop")
+
+
+def test_time_limit():
+    space = grid_space(6, 3)
+    now = [0.0]
+
+    def evaluate(g):
+        now[0] += 1.0
+        return Measured(grid_time(space, g))
+
+    search = GeneticSearch(space, CompileOptions(search_time_limit=5.5), clock=lambda: now[0])
+    assert len(drive(search, evaluate)) == 6
+    assert search.stop_reason.startswith("search_time_limit")
+
+
+def test_stagnation_restarts_with_fresh_genomes():
+    space = grid_space(8, 3)
+    search = GeneticSearch(space, CompileOptions(limit=40, generation_size=4, stagnation=2))
+    drive(search, lambda g: Measured(1.0))  # nothing ever improves on the first
+    assert search.restarts >= 3 and search.counted == 40
+
+
+def test_protocol_errors():
+    space = grid_space(6, 3)
+    search = GeneticSearch(space, CompileOptions(generation_size=2))
+    g = search.next_candidate()
+    with pytest.raises(TypeError, match="Measured, Rejected or Invalid"):
+        search.report(g, 1.0)
+    with pytest.raises(ValueError, match="finite"):
+        search.report(g, Measured(math.nan))
+    with pytest.raises(ValueError, match="not an outstanding candidate"):
+        search.report({0: 0}, Measured(1.0))
+    h = search.next_candidate()  # a generation may be taken ahead
+    with pytest.raises(RuntimeError, match="2 candidates are still unreported"):
+        search.next_candidate()
+    search.report(h, Measured(2.0))
+    search.report(g, Measured(1.0))
+    with pytest.raises(ValueError, match="not an outstanding candidate"):
+        search.report(g, Measured(1.0))
+    assert search.next_candidate() is not None and search.best()[1] == 1.0
+
+
+def test_search_log(monkeypatch, capsys):
+    monkeypatch.setenv("LUMOS_LOG", "search")
+    space = grid_space(6, 3)
+    drive(GeneticSearch(space, CompileOptions(limit=12, generation_size=5)), measured(space))
+    err = capsys.readouterr().err
+    assert "[lumos:search] generation 0: 5 measured, 0 invalid, 0 rejected; best" in err
+    assert "generation 1:" in err and "stopped: limit of 12 candidates reached" in err
