@@ -80,7 +80,9 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=5)
     args = ap.parse_args()
 
-    build(layers=2)  # warm imports and caches of the first call
+    t0 = time.perf_counter()
+    build(layers=args.layers)  # the first build in this process: cold expression caches
+    cold = time.perf_counter() - t0
     times, graph = [], None
     for _ in range(args.repeats):
         t0 = time.perf_counter()
@@ -96,16 +98,18 @@ def main() -> None:
     peer = statistics.median(peer_times) if peer_times else None
     result = {
         "benchmark": "graph_build", "layers": args.layers, "nodes": len(graph.nodes),
-        "nodes_per_layer": per_layer, "median_s": med, "min_s": min(times),
-        "target_s": 1.0, "meets_target": med < 1.0, "ops": dict(ops),
+        "nodes_per_layer": per_layer, "cold_s": cold, "median_s": med, "min_s": min(times),
+        "target_s": 1.0, "meets_target": cold < 1.0, "ops": dict(ops),
         "peer": "torch.fx.symbolic_trace (meta weights)", "peer_median_s": peer,
-        "ratio_peer_over_lumos": None if peer is None else peer / med,
+        "ratio_peer_over_lumos": None if peer is None else peer / cold,
     }
-    print(f"{'layers':>8} {'nodes':>7} {'nodes/layer':>12} {'median s':>9} {'min s':>7} target")
-    print(f"{args.layers:>8} {len(graph.nodes):>7} {per_layer:>12} {med:>9.3f} "
-          f"{min(times):>7.3f} < 1 s {'ok' if med < 1.0 else 'MISSED'}")
+    print(f"{'layers':>8} {'nodes':>7} {'nodes/layer':>12} {'cold s':>7} {'median s':>9} "
+          f"{'min s':>7} target")
+    print(f"{args.layers:>8} {len(graph.nodes):>7} {per_layer:>12} {cold:>7.3f} {med:>9.3f} "
+          f"{min(times):>7.3f} < 1 s {'ok' if cold < 1.0 else 'MISSED (cold)'}")
     if peer is not None:
-        print(f"peer torch.fx trace: {peer:.3f} s  -> lumos is {peer / med:.2f}x the peer's speed")
+        print(f"peer torch.fx trace: {peer:.3f} s; lumos cold build is {peer / cold:.2f}x "
+              "the peer's speed")
     print("ops:", ", ".join(f"{k} {v}" for k, v in ops.most_common()))
     out = Path(__file__).resolve().parent / "results" / "graph_build.json"
     out.parent.mkdir(exist_ok=True)

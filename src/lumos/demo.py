@@ -24,7 +24,7 @@ def build(d: int = 64, heads: int = 4) -> tuple[lumos.Graph, dict[str, lumos.Ten
     q, k, v = (split_heads(x @ w[n]) for n in ("wq", "wk", "wv"))
     scores = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hd))
     s = scores.shape[-1]
-    mask = g.ones((s, s), lumos.bool_).tril()
+    mask = g.ones(s, s, dtype=lumos.bool_).tril()
     attn = lumos.where(mask, scores, float("-inf")).softmax(-1)
     out = (attn @ v).transpose(0, 1).reshape("s", d) @ w["wo"]
     return g, {"x": x, **w}, (x + out).output()

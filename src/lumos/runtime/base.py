@@ -52,7 +52,7 @@ class Program:
             if want_d.is_num and want_d.value != got:
                 raise BindError(f"input {n.name!r}: expected shape {_fmt(n.shape)}, "
                                 f"got {arr.shape}")
-        self._data[node] = np.ascontiguousarray(arr)
+        self._data[node] = np.ascontiguousarray(arr).reshape(arr.shape)  # keeps 0-d 0-d
 
     def _input_node(self, tensor: Tensor) -> int:
         nodes = self.graph.nodes

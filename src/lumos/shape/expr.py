@@ -270,7 +270,7 @@ def _from_poly(p: Poly) -> Expr:
 
 
 def _recombine(p: Poly) -> Poly:
-    """(x // k) * k + x % k  ->  x, for a number or a single atom k."""
+    """(x // k) * k + x % k  ->  x, for a single-term k (a number, 4*s, s*t)."""
     changed = True
     while changed:
         changed = False
@@ -278,13 +278,13 @@ def _recombine(p: Poly) -> Poly:
             if len(m) != 1 or m[0].op != "mod" or m not in p:
                 continue
             x, k = m[0].args
-            q = fdiv(x, k)
-            if k.op == "num":
-                qm, qc = (q,), c * k.args[0]
-            elif k.op != "sum":
-                qm, qc = tuple(sorted((q, k), key=lambda a: a._key)), c
-            else:
+            kt = _single_term(k)
+            if kt is None:
                 continue
+            q = fdiv(x, k)
+            if q.op == "sum":
+                continue
+            qm, qc = tuple(sorted((q, *kt[0]), key=lambda a: a._key)), c * kt[1]
             if p.get(qm) == qc:
                 del p[m], p[qm]
                 for xm, xc in _poly(x).items():
@@ -451,20 +451,29 @@ def ge(a: Expr, b: Expr) -> Expr:
     return _make("ge", (a, b))
 
 
+def _is_bool(e: Expr) -> bool:
+    """Whether `e` only takes the values 0 and 1 (so `e && 1` may become `e`)."""
+    return e.op in ("lt", "ge", "and", "or") or (e.op == "num" and e.args[0] in (0, 1))
+
+
 def and_(a: Expr, b: Expr) -> Expr:
+    if a.op == "num" and b.op == "num":
+        return Num(int(bool(a.args[0]) and bool(b.args[0])))
     for x, y in ((a, b), (b, a)):
-        if x.op == "num":
+        if x.op == "num" and (not x.args[0] or _is_bool(y)):
             return y if x.args[0] else ZERO
-    if a is b:
+    if a is b and _is_bool(a):
         return a
     return _make("and", tuple(sorted((a, b), key=lambda x: x._key)))
 
 
 def or_(a: Expr, b: Expr) -> Expr:
+    if a.op == "num" and b.op == "num":
+        return Num(int(bool(a.args[0]) or bool(b.args[0])))
     for x, y in ((a, b), (b, a)):
-        if x.op == "num":
+        if x.op == "num" and (x.args[0] or _is_bool(y)):
             return ONE if x.args[0] else y
-    if a is b:
+    if a is b and _is_bool(a):
         return a
     return _make("or", tuple(sorted((a, b), key=lambda x: x._key)))
 
@@ -535,20 +544,24 @@ def _eval(e: Expr, env: Mapping[str, Any], memo: dict) -> Any:
     return r
 
 
+def _c_int(v: int) -> str:
+    return str(v) if abs(v) < 2**31 else f"{v}LL"
+
+
 def _to_c(e: Expr, bounds: Mapping, memo: dict) -> str:
     r = memo.get(id(e))
     if r is not None:
         return r
     op = e.op
     if op == "num":
-        r = str(e.args[0]) if abs(e.args[0]) < 2**31 else f"{e.args[0]}LL"
+        r = _c_int(e.args[0])
     elif op == "var":
         r = e.args[0]
     elif op == "sum":
         parts = []
         for m, c in e.args:
             body = "*".join(_to_c(a, bounds, memo) for a in m)
-            parts.append(str(c) if not m else body if c == 1 else f"{c}*{body}")
+            parts.append(_c_int(c) if not m else body if c == 1 else f"{_c_int(c)}*{body}")
         r = "(" + " + ".join(parts) + ")"
     else:
         a, b = _to_c(e.args[0], bounds, memo), _to_c(e.args[1], bounds, memo)
@@ -573,16 +586,18 @@ Bounds = Mapping[str, tuple[IntLike, IntLike | None]]
 """Variable name -> (lower, upper) inclusive; upper may be symbolic or None."""
 
 DEFAULT_DIM_BOUNDS = (1, None)  # a named dimension is at least 1 unless declared
+DEFAULT_AXIS_BOUNDS = (0, None)  # an axis variable is at least 0
 
 
 def _var_bounds(name: str, bounds: Bounds) -> tuple[Expr, Expr | None]:
-    lo, hi = bounds.get(name, DEFAULT_DIM_BOUNDS)
+    default = DEFAULT_AXIS_BOUNDS if is_axis_var(name) else DEFAULT_DIM_BOUNDS
+    lo, hi = bounds.get(name, default)
     return sym(lo), (None if hi is None else sym(hi))
 
 
 def nrange(e: Expr, bounds: Bounds, _memo: dict | None = None) -> tuple[int | None, int | None]:
     """Numeric interval [lo, hi] of `e` (None: unbounded on that side)."""
-    memo = {} if _memo is None else _memo
+    memo = _memos(bounds)[1] if _memo is None else _memo
     r = memo.get(id(e))
     if r is not None:
         return r
@@ -728,11 +743,30 @@ def proves_lt(a: Expr, b: Expr, bounds: Bounds) -> bool:
     return lo is not None and lo >= 1
 
 
+def _bounds_key(bounds: Bounds) -> tuple:
+    return tuple(sorted((k, sym(lo), None if hi is None else sym(hi))
+                        for k, (lo, hi) in bounds.items()))
+
+
+_MEMOS: dict[tuple, tuple[dict, dict]] = {}  # bounds key -> (simplify memo, nrange memo)
+
+
+def _memos(bounds: Bounds) -> tuple[dict, dict]:
+    """Per-bounds memo tables; Exprs are interned and never freed, so ids are stable."""
+    key = _bounds_key(bounds)
+    m = _MEMOS.get(key)
+    if m is None:
+        if len(_MEMOS) > 50_000:
+            _MEMOS.clear()
+        m = _MEMOS[key] = ({}, {})
+    return m
+
+
 def simplify(e: Expr, bounds: Bounds) -> Expr:
     """Apply the bound-aware rules bottom-up: x % m -> x and x // m -> 0 when
     0 <= x < m; min/max and comparisons decided by the bounds; a constant range
     folds to its number."""
-    memo: dict[int, Expr] = {}
+    memo, nmemo = _memos(bounds)
 
     def go(e: Expr) -> Expr:
         r = memo.get(id(e))
@@ -753,7 +787,7 @@ def simplify(e: Expr, bounds: Bounds) -> Expr:
             r = _BUILD[op](a, b)
             if r.op == op:
                 r = _decide(r, bounds)
-        lo, hi = nrange(r, bounds)
+        lo, hi = nrange(r, bounds, nmemo)
         if lo is not None and lo == hi:
             r = Num(lo)
         memo[id(e)] = r
@@ -767,7 +801,7 @@ def _decide(e: Expr, bounds: Bounds) -> Expr:
     if op in ("fdiv", "mod"):
         if _nonneg(a, bounds) and proves_lt(a, b, bounds):
             return ZERO if op == "fdiv" else a
-        return e
+        return _drop_remainder(e, bounds)
     if op in ("min", "max"):
         if proves_lt(a, b + 1, bounds):  # a <= b
             return a if op == "min" else b
@@ -779,4 +813,37 @@ def _decide(e: Expr, bounds: Bounds) -> Expr:
             return Num(int(op == "lt"))
         if proves_lt(b, a + 1, bounds):
             return Num(int(op == "ge"))
+    return e
+
+
+def _drop_remainder(e: Expr, bounds: Bounds) -> Expr:
+    """(F*y + r) // (F*m) -> y // m and (F*y + r) % (F*m) -> F*(y % m) + r when
+    0 <= r < F for a common factor F of a term and the divisor (reshape merge/split)."""
+    bt = _single_term(e.args[1])
+    if bt is None:
+        return e
+    bm, bc = bt
+    p = _poly(e.args[0])
+    for m, c in p.items():
+        fm, rest_b = [], list(bm)  # the atoms m shares with the divisor, and the others
+        for x in m:
+            if x in rest_b:
+                rest_b.remove(x)
+                fm.append(x)
+        fm, fc = tuple(fm), math.gcd(c, bc)
+        f = _from_poly({fm: fc})
+        if (not fm and fc == 1) or not _positive(f, bounds):
+            continue
+        q: Poly = {}
+        r: Poly = {}
+        for m2, c2 in p.items():
+            rest = _divides(m2, fm)
+            if rest is not None and c2 % fc == 0:
+                q[rest] = q.get(rest, 0) + c2 // fc
+            else:
+                r[m2] = c2
+        rem = _from_poly(r)
+        if _nonneg(rem, bounds) and proves_lt(rem, f, bounds):
+            y, k = _from_poly(q), _from_poly({tuple(rest_b): bc // fc})
+            return simplify(fdiv(y, k) if e.op == "fdiv" else f * mod(y, k) + rem, bounds)
     return e

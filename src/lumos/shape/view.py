@@ -13,6 +13,7 @@ axis is not a sum of per-axis functions.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -26,6 +27,11 @@ def row_major_strides(shape: Sequence[Expr]) -> tuple[Expr, ...]:
         strides.append(acc)
         acc = acc * s
     return tuple(reversed(strides))
+
+
+@functools.lru_cache(maxsize=65536)
+def _contiguous(shape: tuple[Expr, ...]) -> View:
+    return View._build_contiguous(shape)
 
 
 def numel(shape: Sequence[IntLike]) -> Expr:
@@ -43,11 +49,14 @@ class View:
 
     @staticmethod
     def contiguous(shape: Sequence[IntLike]) -> View:
-        shape = tuple(sym(s) for s in shape)
+        return _contiguous(tuple(sym(s) for s in shape))
+
+    @staticmethod
+    def _build_contiguous(shape: tuple[Expr, ...]) -> View:
         idx = ZERO
         for i, st in enumerate(row_major_strides(shape)):
             idx = idx + z(i) * st
-        return View(shape, idx)
+        return View(shape, ZERO)._new(shape, idx, ONE)  # size-1 axes drop out of the index
 
     @property
     def ndim(self) -> int:
@@ -99,7 +108,7 @@ class View:
         shape = tuple(sym(s) for s in shape)
         if numel(shape) is not numel(self.shape):
             raise ShapeError(f"reshape: cannot view shape {self.shape} as {shape}")
-        if self.is_contiguous():
+        if self.is_contiguous() or numel(shape) is ZERO:  # nothing to read if empty
             return View.contiguous(shape)
         flat = View.contiguous(shape).index
         mapping: dict[str, IntLike] = {}
@@ -142,10 +151,14 @@ class View:
         """Tile `axis` `times` times (torch.Tensor.repeat along one axis)."""
         shape = list(self.shape)
         shape[axis] = self.shape[axis] * sym(times)
+        if self.shape[axis] is ZERO:
+            return self._subs(shape, {})
         return self._subs(shape, {f"z{axis}": z(axis) % self.shape[axis]})
 
     def at_flat(self, p: Expr) -> tuple[Expr, Expr]:
         """(index, valid) of the element at flat row-major logical position `p`."""
+        if numel(self.shape) is ZERO:
+            return ZERO, ZERO
         m: dict[str, IntLike] = {}
         for i, (s, st) in enumerate(zip(self.shape, row_major_strides(self.shape), strict=True)):
             e = p // st
