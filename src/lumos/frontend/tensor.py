@@ -117,7 +117,7 @@ class Tensor:
         """A copy into a fresh row-major buffer (x * 1 is exact for every dtype)."""
         if self.view.is_contiguous() and self.view.shape == self.graph.nodes[self.node].shape:
             return self
-        return node(self.graph, "Mul", [self, scalar(self.graph, 1, self.dtype)])
+        return node(self.graph, "Mul", [self, full_like(self, 1)])
 
     # -- movement: view edits, no nodes -------------------------------------------
     def reshape(self, *shape: Any) -> Tensor:
@@ -388,9 +388,13 @@ def node(g: Graph, op: str, inputs: Sequence[Tensor], **fields: Any) -> Tensor:
 
 
 def scalar(g: Graph, value: Scalar, dtype: Any) -> Tensor:
-    """A 0-d constant (broadcast it with views)."""
+    """A 0-d constant (broadcast it with views). Integers wrap into the dtype's range, as
+    PyTorch wraps a Python scalar combined with an integer tensor (i8 * 200 == i8 * -56)."""
     dt = as_dtype(dtype)
     v: Scalar = bool(value) if dt.is_bool else (int(value) if dt.is_int else float(value))
+    if dt.is_int:
+        lo = -(1 << (dt.bits - 1)) if dt.signed else 0
+        v = (v - lo) % (1 << dt.bits) + lo
     return node(g, "Constant", [], shape=(), dtype=dt, value=v)
 
 
@@ -525,9 +529,8 @@ def div(a: TensorLike, b: TensorLike, rounding_mode: str | None = None) -> Tenso
     if rounding_mode is not None:
         raise ValueError(f"div: rounding_mode must be None, 'floor' or 'trunc', not "
                          f"{rounding_mode!r}")
-    (x, y), dt = lift([a, b], op="div")
-    if not dt.is_float:
-        x, y = x.to(f32), y.to(f32)
+    dt = promote_types(a, b)  # integer operands divide as f32, Python scalars unwrapped
+    (x, y), _ = lift([a, b], dt if dt.is_float else f32, "div")
     if x.dtype.bits < 32:
         return mul(x.to(f32), reciprocal(y.to(f32))).to(x.dtype)
     return mul(x, reciprocal(y))
@@ -550,10 +553,10 @@ def fmod(a: TensorLike, b: TensorLike) -> Tensor:
 
 def remainder(a: TensorLike, b: TensorLike) -> Tensor:
     """Python-style modulo: the result has the sign of the divisor (torch.remainder)."""
-    (x, y), dt = lift([a, b], op="remainder")
+    (x, y), _ = lift([a, b], op="remainder")
     r = node(x.graph, "Mod", [x, y])
     fix = logical_and(ne(r, 0), ne(lt(r, 0), lt(y, 0)))
-    return add(r, mul(y, fix.to(dt)))
+    return where(fix, add(r, y), r)  # exact: 5 % inf is 5
 
 
 def floor_divide(a: TensorLike, b: TensorLike) -> Tensor:
@@ -561,16 +564,18 @@ def floor_divide(a: TensorLike, b: TensorLike) -> Tensor:
     (x, y), dt = lift([a, b], op="floor_divide")
     if dt.is_bool:
         raise TypeError("floor_divide: bool tensors are not supported")
-    if dt.is_int:
+    if dt.is_int:  # the truncated quotient (x - fmod(x, y) cannot overflow), floored
         w = _wide_float(dt)
-        r = remainder(x, y)  # exact, sign of y
-        return round(div(sub(x, r).to(w), y.to(w))).to(dt)
-    # torch's div_floor: (a - fmod(a, b)) / b, corrected toward -inf, then rounded
+        m = fmod(x, y)
+        q = round(div(sub(x, m).to(w), y.to(w))).to(dt)
+        return sub(q, logical_and(ne(m, 0), ne(lt(m, 0), lt(y, 0))).to(dt))
+    # torch's div_floor: (a - fmod(a, b)) / b, corrected toward -inf, then rounded; a / 0
+    # is the IEEE quotient (+-inf or nan)
     m = fmod(x, y)
     d = div(sub(x, m), y)
     d = sub(d, logical_and(ne(m, 0), ne(lt(y, 0), lt(m, 0))).to(dt))
     f = floor(d)
-    return add(f, gt(sub(d, f), 0.5).to(dt))
+    return where(eq(y, 0), div(x, y), add(f, gt(sub(d, f), 0.5).to(dt)))
 
 
 def reciprocal(x: Tensor) -> Tensor:
@@ -608,6 +613,24 @@ def log(x: Tensor) -> Tensor:
 
 
 @_half_safe
+def expm1(x: Tensor) -> Tensor:
+    """exp(x) - 1, accurate near 0: Kahan's (w - 1) * x / log(w) with w = exp(x)."""
+    w = exp(x)
+    d = sub(w, 1.0)
+    near0 = where(eq(w, 1.0), x, div(mul(d, x), log(w)))
+    return where(lt(abs(x), 1.0), near0, d)
+
+
+@_half_safe
+def log1p(x: Tensor) -> Tensor:
+    """log(1 + x), accurate near 0: Goldberg's log(w) * x / (w - 1) with w = 1 + x."""
+    w = add(x, 1.0)
+    d = sub(w, 1.0)
+    near0 = where(eq(d, 0.0), x, div(mul(log(w), x), d))
+    return where(lt(abs(x), 1.0), near0, log(w))
+
+
+@_half_safe
 def cos(x: Tensor) -> Tensor:
     return sin(add(x, math.pi / 2))
 
@@ -619,8 +642,9 @@ def sigmoid(x: Tensor) -> Tensor:
 
 @_half_safe
 def tanh(x: Tensor) -> Tensor:
-    t = exp(mul(abs(x), -2.0))
-    return mul(sign(x), div(sub(1.0, t), add(1.0, t)))
+    """sign(x) * (1 - e) / (1 + e) with e = exp(-2|x|), through expm1 (exact near 0)."""
+    m = expm1(mul(abs(x), -2.0))
+    return mul(sign(x), div(neg(m), add(m, 2.0)))
 
 
 @_half_safe
@@ -628,23 +652,52 @@ def silu(x: Tensor) -> Tensor:
     return mul(x, sigmoid(x))
 
 
+# Chebyshev coefficients of log(erfc(z) / t) + z*z in ty = 4t - 2, t = 2 / (2 + z), z >= 0
+# (Numerical Recipes 3rd ed., Erf::erfccheb). Truncating after n terms errs by about the
+# next coefficient: 28 terms for f64 (~1e-17), 13 for f32 and below (~1e-8).
+_ERFC_CHEB = (
+    -1.3026537197817094, 0.6419697923564902, 0.019476473204185836, -0.009561514786808632,
+    -0.0009465953444820369, 0.00036683949785276145, 4.252332480690777e-05,
+    -2.0278578112534242e-05, -1.6242900046470256e-06, 1.3036558355805232e-06,
+    1.5626441722066142e-08, -8.523809591492654e-08, 6.5290544390988515e-09,
+    5.059343495551469e-09, -9.91364156493033e-10, -2.273651222931836e-10,
+    9.646791102015527e-11, 2.3940380830391146e-12, -6.886027526497553e-12,
+    8.944879273090725e-13, 3.130921399342958e-13, -1.1270822361367252e-13,
+    3.810905255189232e-16, 7.106097613609237e-15, -1.5230282014571043e-15,
+    -9.457494571291233e-17, 1.210237189224279e-16, -2.816663087747177e-17)
+
+
 @_half_safe
 def erfc(x: Tensor) -> Tensor:
-    """Chebyshev fit of Numerical Recipes' erfcc: relative error < 1.2e-7 everywhere."""
+    """erfc(|x|) = t * exp(-x*x + f(ty)), f a Chebyshev series summed by Clenshaw's
+    recurrence; erfc(x) = 2 - erfc(-x) for x < 0. Accurate to the dtype (f32 or f64)."""
     a = abs(x)
     t = reciprocal(add(mul(a, 0.5), 1.0))
-    c = (-1.26551223, 1.00002368, 0.37409196, 0.09678418, -0.18628806, 0.27886807,
-         -1.13520398, 1.48851587, -0.82215223, 0.17087277)
-    poly: Tensor | float = c[-1]
-    for k in reversed(c[:-1]):
-        poly = add(mul(t, poly), k)
-    r = mul(t, exp(sub(poly, mul(a, a))))
+    ty = sub(mul(t, 4.0), 2.0)
+    n = 28 if x.dtype.bits == 64 else 13
+    d: Tensor | float = _ERFC_CHEB[n - 1]
+    dd: Tensor | float = 0.0
+    for c in reversed(_ERFC_CHEB[1:n - 1]):
+        d, dd = add(sub(mul(ty, d), dd), c), d
+    f = sub(mul(add(mul(ty, d), _ERFC_CHEB[0]), 0.5), dd)
+    r = mul(t, exp(sub(f, mul(a, a))))
     return where(lt(x, 0.0), sub(2.0, r), r)
+
+
+# erf(x) = x * sum_k a_k x^(2k): the Taylor series, used where |x| < 0.5 (13 terms reach
+# f64 precision there, 7 reach f32), so that tiny x keep their relative precision
+_ERF_TAYLOR = tuple((-1) ** k * 2 / math.sqrt(math.pi) / (math.factorial(k) * (2 * k + 1))
+                    for k in range(13))
 
 
 @_half_safe
 def erf(x: Tensor) -> Tensor:
-    return sub(1.0, erfc(x))
+    n = 13 if x.dtype.bits == 64 else 7
+    x2 = mul(x, x)
+    poly: Tensor | float = _ERF_TAYLOR[n - 1]
+    for c in reversed(_ERF_TAYLOR[:n - 1]):
+        poly = add(mul(x2, poly), c)
+    return where(lt(abs(x), 0.5), mul(x, poly), sub(1.0, erfc(x)))
 
 
 @_half_safe
@@ -660,7 +713,7 @@ def gelu(x: Tensor, approximate: str = "none") -> Tensor:
 @_half_safe
 def softplus(x: Tensor, beta: float = 1.0, threshold: float = 20.0) -> Tensor:
     bx = mul(x, beta)
-    soft = div(log(add(exp(bx), 1.0)), beta)
+    soft = div(log1p(exp(bx)), beta)
     return where(gt(bx, threshold), x, soft)
 
 
@@ -699,7 +752,7 @@ clip = clamp
 
 
 def abs(x: Tensor) -> Tensor:
-    if x.dtype.is_bool:
+    if x.dtype.is_bool or not x.dtype.signed:
         return x
     return maximum(x, neg(x))
 
@@ -841,7 +894,7 @@ def eq(a: TensorLike, b: TensorLike) -> Tensor:
         return logical_not(logical_xor(x, y))
     r = logical_not(logical_or(lt(x, y), lt(y, x)))
     if dt.is_float:
-        r = logical_and(r, logical_not(isnan(x)))  # x == y here, so isnan(y) == isnan(x)
+        r = logical_and(r, logical_not(logical_or(isnan(x), isnan(y))))
     return r
 
 
@@ -930,7 +983,8 @@ def cat(tensors: Sequence[Tensor], dim: int = 0) -> Tensor:
     if not tensors:
         raise ValueError("cat: expected a non-empty list of tensors")
     ts, dt = list(tensors), promote_types(*tensors)
-    ref = next((t for t in ts if t.ndim), ts[0])
+    ref = next((t for t in ts if t.ndim and not (t.ndim == 1 and t.view.shape[0] is ZERO)),
+               ts[0])  # 1-d empty tensors are skipped, as in PyTorch
     if ref.ndim == 0:
         raise ShapeError("cat: zero-dimensional tensors cannot be concatenated")
     d = ref._axis(dim)
@@ -1004,10 +1058,10 @@ def _shape_args(args: tuple) -> list:
 
 
 for _fn in (add, mul, neg, sub, div, true_divide, fmod, remainder, floor_divide, reciprocal,
-            sqrt, rsqrt, exp2, log2, sin, exp, log, cos, sigmoid, tanh, silu, erf, erfc, gelu,
-            softplus, relu, maximum, minimum, clamp, clip, abs, sign, trunc, floor, ceil, round,
-            pow, lt, gt, le, ge, eq, ne, isnan, isfinite, isinf, logical_not, logical_and,
-            logical_or, logical_xor, where, masked_fill, split, chunk, full_like):
+            sqrt, rsqrt, exp2, log2, sin, exp, log, expm1, log1p, cos, sigmoid, tanh, silu, erf,
+            erfc, gelu, softplus, relu, maximum, minimum, clamp, clip, abs, sign, trunc, floor,
+            ceil, round, pow, lt, gt, le, ge, eq, ne, isnan, isfinite, isinf, logical_not,
+            logical_and, logical_or, logical_xor, where, masked_fill, split, chunk, full_like):
     setattr(Tensor, _fn.__name__ if _fn is not true_divide else "true_divide", _fn)
 Tensor.less, Tensor.greater, Tensor.less_equal, Tensor.greater_equal = lt, gt, le, ge
 Tensor.subtract, Tensor.multiply, Tensor.divide = sub, mul, div
