@@ -3,6 +3,57 @@
 import lumos.frontend  # noqa: F401  (attaches the op families to Tensor)
 from lumos.dtype import DType, bf16, bool_, f16, f32, f64, i8, i16, i32, i64, u8
 from lumos.errors import BindError, DTypeError, LumosError, ShapeError
+from lumos.frontend.index import (
+    arange,
+    full,
+    gather,
+    index_put,
+    index_select,
+    ones,
+    ones_like,
+    scatter,
+    take,
+    tril,
+    triu,
+    zeros,
+    zeros_like,
+)
+from lumos.frontend.nn import (
+    adaptive_avg_pool2d,
+    avg_pool2d,
+    batch_norm,
+    bmm,
+    conv1d,
+    conv2d,
+    embedding,
+    group_norm,
+    layer_norm,
+    linear,
+    matmul,
+    max_pool2d,
+    mm,
+    rms_norm,
+    scaled_dot_product_attention,
+)
+from lumos.frontend.reduce import (
+    all,
+    amax,
+    amin,
+    any,
+    argmax,
+    argmin,
+    cumsum,
+    log_softmax,
+    logsumexp,
+    max,
+    mean,
+    min,
+    prod,
+    softmax,
+    std,
+    sum,
+    var,
+)
 from lumos.frontend.tensor import (
     Tensor,
     abs,
@@ -53,12 +104,4 @@ from lumos.graph import Graph
 from lumos.runtime import ReferenceRuntime
 from lumos.shape import Expr, View, sym
 
-__all__ = [
-    "BindError", "DType", "DTypeError", "Expr", "Graph", "LumosError", "ReferenceRuntime",
-    "ShapeError", "Tensor", "View", "abs", "add", "bf16", "bool_", "cat", "chunk", "clamp",
-    "cos", "div", "eq", "erf", "erfc", "exp", "exp2", "f16", "f32", "f64", "floor_divide", "fmod",
-    "full_like", "gelu", "i8", "i16", "i32", "i64", "isfinite", "isinf", "isnan", "log",
-    "log2", "logical_and", "logical_not", "logical_or", "logical_xor", "maximum", "minimum",
-    "mul", "pow", "reciprocal", "relu", "remainder", "rsqrt", "sigmoid", "silu", "sin",
-    "softplus", "split", "sqrt", "stack", "sub", "sym", "tanh", "u8", "where",
-]
+__all__ = [name for name in dir() if not name.startswith("_")]
