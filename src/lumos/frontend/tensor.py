@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, TypeVar, Union
 
 from lumos.dtype import DType, as_dtype, bool_, f32, i32, i64, result_type
-from lumos.errors import ShapeError
+from lumos.errors import DTypeError, ShapeError
 from lumos.graph import Graph
 from lumos.shape import Expr, View, sym, z
 from lumos.shape.expr import ONE, ZERO, IntLike
@@ -128,6 +128,9 @@ class Tensor:
         total = _numel(self.view.shape)
         if len(known) == len(shape) - 1:
             rest = _numel([sym(s) for s in known])
+            if rest is ZERO:
+                raise ShapeError(f"reshape: cannot view shape {self.shape} as {tuple(shape)}: "
+                                 "the size of -1 is ambiguous for 0 elements")
             inferred = total // rest
             if inferred * rest is not total:
                 raise ShapeError(f"reshape: cannot view shape {self.shape} as {tuple(shape)}")
@@ -153,7 +156,8 @@ class Tensor:
     def unflatten(self, dim: int, sizes: Sequence[Any]) -> Tensor:
         d = self._axis(dim)
         s = self.view.shape
-        return self.reshape(*s[:d], *sizes, *s[d + 1:])
+        flat = self._with_view(View.contiguous((s[d],))).reshape(*sizes)  # resolves a -1
+        return self.reshape(*s[:d], *flat.view.shape, *s[d + 1:])
 
     def permute(self, *dims: Any) -> Tensor:
         dims = _shape_args(dims)
@@ -204,6 +208,9 @@ class Tensor:
         k = len(shape) - self.ndim
         if k < 0:
             raise ShapeError(f"expand: shape {tuple(shape)} has fewer dims than {self.shape}")
+        if any(isinstance(s, int) and s == -1 for s in shape[:k]):
+            raise ShapeError(f"expand: -1 in a new leading dim of {tuple(shape)} "
+                             f"(shape {self.shape})")
         full = [self.view.shape[i - k] if (isinstance(s, int) and s == -1) else s
                 for i, s in enumerate(shape)]
         try:
@@ -220,7 +227,14 @@ class Tensor:
 
     def narrow(self, dim: int, start: IntLike, length: IntLike) -> Tensor:
         d = self._axis(dim)
-        return self._with_view(self.view.slice(d, start, length, 1))
+        n, st, ln = self.view.shape[d], sym(start), sym(length)
+        if st.is_num and st.value < 0:  # counts from the end, as in PyTorch
+            st = st + n
+        if n.is_num and st.is_num and ln.is_num and not (
+                0 <= st.value and 0 <= ln.value and st.value + ln.value <= n.value):
+            raise ShapeError(f"narrow: start {start} and length {length} do not fit dim {d} "
+                             f"of shape {self.shape}")
+        return self._with_view(self.view.slice(d, st, ln, 1))
 
     def flip(self, *dims: Any) -> Tensor:
         v = self.view
@@ -338,7 +352,7 @@ class Tensor:
 
     def __invert__(self) -> Tensor:
         if not self.dtype.is_bool:
-            raise TypeError(f"~ is only supported on bool tensors, got {self.dtype.name}")
+            raise DTypeError(f"~ is only supported on bool tensors, got {self.dtype.name}")
         return logical_not(self)
 
     def __and__(self, o: TensorLike) -> Tensor:
@@ -460,12 +474,12 @@ def lift(xs: Sequence[TensorLike], dtype: DType | None = None,
          op: str = "op") -> tuple[list[Tensor], DType]:
     """Tensors of one promoted dtype (Python scalars become constants), broadcast views."""
     g = _graph_of(*xs)
+    tensors = [x for x in xs if isinstance(x, Tensor)]
+    if any(t.graph is not g for t in tensors):
+        raise ValueError(f"{op}: tensors from different graphs")
+    shape = broadcast_shapes(*(t.view.shape for t in tensors), op=op)  # before adding nodes
     dt = dtype or promote_types(*xs)
     ts = [x.to(dt) if isinstance(x, Tensor) else scalar(g, x, dt) for x in xs]
-    for t in ts:
-        if t.graph is not g:
-            raise ValueError(f"{op}: tensors from different graphs")
-    shape = broadcast_shapes(*(t.view.shape for t in ts), op=op)
     return [t._with_view(t.view.expand(shape)) for t in ts], dt
 
 
@@ -506,14 +520,14 @@ def mul(a: TensorLike, b: TensorLike) -> Tensor:
 
 def neg(x: Tensor) -> Tensor:
     if x.dtype.is_bool:
-        raise TypeError("neg: bool tensors cannot be negated; use ~ or logical_not")
+        raise DTypeError("neg: bool tensors cannot be negated; use ~ or logical_not")
     return mul(x, -1)
 
 
 def sub(a: TensorLike, b: TensorLike, alpha: Scalar = 1) -> Tensor:
-    (x, y), dt = lift([a, b], op="sub")
-    if dt.is_bool:
-        raise TypeError("sub: subtracting bool tensors is not supported; use ^ or logical_xor")
+    if promote_types(a, b).is_bool:
+        raise DTypeError("sub: subtracting bool tensors is not supported; use ^ or logical_xor")
+    (x, y), _ = lift([a, b], op="sub")
     return node(x.graph, "Add", [x, mul(y, -alpha)])
 
 
@@ -561,9 +575,9 @@ def remainder(a: TensorLike, b: TensorLike) -> Tensor:
 
 def floor_divide(a: TensorLike, b: TensorLike) -> Tensor:
     """Division rounded toward -inf (torch.floor_divide / //)."""
+    if promote_types(a, b).is_bool:
+        raise DTypeError("floor_divide: bool tensors are not supported")
     (x, y), dt = lift([a, b], op="floor_divide")
-    if dt.is_bool:
-        raise TypeError("floor_divide: bool tensors are not supported")
     if dt.is_int:  # the truncated quotient (x - fmod(x, y) cannot overflow), floored
         w = _wide_float(dt)
         m = fmod(x, y)
@@ -735,6 +749,8 @@ def minimum(a: TensorLike, b: TensorLike) -> Tensor:
     (x, y), dt = lift([a, b], op="minimum")
     if dt.is_bool:
         return logical_and(x, y)
+    if dt.is_int:  # -1 - x reverses the order without overflow (-x wraps for 0 and -128)
+        return sub(-1, maximum(sub(-1, x), sub(-1, y)))
     return neg(maximum(neg(x), neg(y)))
 
 
@@ -803,7 +819,7 @@ def pow(a: TensorLike, b: TensorLike) -> Tensor:
     if isinstance(b, (int, float)) and not isinstance(b, bool) and isinstance(a, Tensor):
         if float(b).is_integer() and -16 <= b <= 16:
             return _int_power(a, int(b))
-        if b == 0.5:
+        if b == 0.5:  # as torch does: (-inf) ** 0.5 is nan here, inf with a tensor exponent
             return sqrt(a)
         if b == -0.5:
             return rsqrt(a)
@@ -813,14 +829,19 @@ def pow(a: TensorLike, b: TensorLike) -> Tensor:
         return round(r).to(dt)
     compute = f32 if dt.bits < 32 else dt
     xf, yf = x.to(compute), y.to(compute)
+    # C pow: |x| ** y, negative for a negative base (-0 included) and an odd integer y,
+    # NaN for a finite negative base and a finite non-integer y, 1 for y == 0, x == 1
+    # and (-1) ** +-inf
     mag = exp2(mul(yf, log2(abs(xf))))
-    y_int = eq(trunc(yf), yf)
+    y_int = logical_and(eq(trunc(yf), yf), isfinite(yf))
     y_odd = logical_and(y_int, ne(fmod(yf, 2.0), 0))
-    neg_base = lt(xf, 0)
-    signed = where(y_odd, neg(mag), mag)
-    r = where(neg_base, where(y_int, signed, float("nan")), mag)
-    r = where(eq(yf, 0), 1.0, r)
-    return r.to(dt)
+    negative = logical_or(lt(xf, 0), lt(reciprocal(xf), 0))
+    r = where(logical_and(negative, y_odd), neg(mag), mag)
+    undefined = logical_and(logical_and(lt(xf, 0), isfinite(xf)),
+                            logical_and(isfinite(yf), logical_not(y_int)))
+    r = where(undefined, math.nan, r)
+    one = logical_or(eq(yf, 0), logical_or(eq(xf, 1), logical_and(eq(xf, -1), isinf(yf))))
+    return where(one, 1.0, r).to(dt)
 
 
 def _int_power(x: Tensor, n: int) -> Tensor:
@@ -930,7 +951,7 @@ def logical_xor(a: TensorLike, b: TensorLike) -> Tensor:
 def _bool_op(a: TensorLike, b: TensorLike, fn: Callable[..., Tensor], sym_: str) -> Tensor:
     for x in (a, b):
         if isinstance(x, Tensor) and not x.dtype.is_bool:
-            raise TypeError(f"{sym_} is only supported on bool tensors here, got {x.dtype.name}")
+            raise DTypeError(f"{sym_} is only supported on bool tensors here, got {x.dtype.name}")
     return fn(a, b)
 
 
@@ -940,13 +961,14 @@ def where(cond: TensorLike, a: TensorLike, b: TensorLike) -> Tensor:
     """Exact select (inf and NaN in the unselected branch do not leak): a Gather from
     [a's elements, b's elements] at positions computed from the condition."""
     g = _graph_of(cond, a, b)
+    shape = broadcast_shapes(*(x.view.shape for x in (cond, a, b) if isinstance(x, Tensor)),
+                             op="where")
     c = _truth(cond)
     if not isinstance(c, Tensor):
         c = scalar(g, c, bool_)
     dt = promote_types(a, b)
     ta = a.to(dt) if isinstance(a, Tensor) else scalar(g, a, dt)
     tb = b.to(dt) if isinstance(b, Tensor) else scalar(g, b, dt)
-    shape = broadcast_shapes(c.view.shape, ta.view.shape, tb.view.shape, op="where")
     c = c._with_view(c.view.expand(shape))
     na, nb = _numel(ta.view.shape), _numel(tb.view.shape)
     data = cat([ta.reshape(-1), tb.reshape(-1)], 0)
@@ -988,11 +1010,12 @@ def cat(tensors: Sequence[Tensor], dim: int = 0) -> Tensor:
     if ref.ndim == 0:
         raise ShapeError("cat: zero-dimensional tensors cannot be concatenated")
     d = ref._axis(dim)
-    ts = [t.to(dt) for t in ts if not (t.ndim == 1 and t.view.shape[0] is ZERO)] or [ts[0]]
+    ts = [t for t in ts if not (t.ndim == 1 and t.view.shape[0] is ZERO)] or [ts[0]]
     for t in ts:
         if t.ndim != ref.ndim or any(a != b for i, (a, b) in enumerate(
                 zip(t.view.shape, ref.view.shape, strict=True)) if i != d):
             raise ShapeError(f"cat: shapes {[x.shape for x in tensors]} differ outside dim {d}")
+    ts = [t.to(dt) for t in ts]
     sizes = [t.view.shape[d] for t in ts]
     total = ZERO
     for s in sizes:
@@ -1048,7 +1071,7 @@ def chunk(x: Tensor, chunks: int, dim: int = 0) -> list[Tensor]:
     if not n.is_num:
         raise ShapeError(f"chunk: dim {d} has symbolic size {n}")
     size = -(-n.value // chunks) if n.value else 0
-    return split(x, max(size, 1), d) if n.value else [x]
+    return split(x, max(size, 1), d) if n.value else [x] * chunks  # as torch: empty chunks
 
 
 def _shape_args(args: tuple) -> list:

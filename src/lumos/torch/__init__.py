@@ -1,0 +1,169 @@
+"""`torch.compile(model, backend="lumos")`: PyTorch models through lumos.
+
+The backend is registered under the `torch_dynamo_backends` entry point, so the
+name works without importing lumos. Under inference (no graph needs gradients)
+each Dynamo graph is lowered by AOTAutograd to functional core ATen (with a few
+more decompositions), translated to the lumos Tensor API and compiled for the
+chosen runtime; weights stay runtime inputs, bound from the live tensors on every
+call. Options (`torch.compile(m, backend="lumos", options={...})`):
+
+- `runtime`: "reference" (numpy, the default for now) or "cpu";
+- `strict`: raise, naming the op and its shapes, instead of falling back;
+- `cache`: reuse compiled graphs of the same structure (default True);
+- `buckets`: a list of (min, max, representative) buckets for every dynamic dim;
+- any `lumos.search.options.CompileOptions` field (`limit`, `seed`, ...).
+
+Fallback: ops lumos cannot translate run in PyTorch (each logged once) and the
+regions between them in lumos; a graph that needs gradients runs eagerly with a
+one-line notice; an error at compile or run time sends the graph to PyTorch with a
+warning. With `strict=True` each of these raises instead.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import fx
+
+from lumos.errors import LumosError
+from lumos.log import warn
+from lumos.search.options import CompileOptions
+from lumos.torch import cache, partition
+from lumos.torch.compiled import CompiledGraph, Scope, read_dims
+from lumos.torch.translate import known_dims, translate
+
+__all__ = ["Options", "backend"]
+
+_SEARCH_FIELDS = {f.name for f in dataclasses.fields(CompileOptions)}
+_RUNTIMES = ("reference", "cpu")
+
+
+@dataclass(frozen=True)
+class Options:
+    runtime: str = "reference"
+    strict: bool = False
+    cache: bool = True
+    buckets: tuple | None = None
+    search: dict[str, Any] = field(default_factory=dict)
+
+    @staticmethod
+    def parse(options: dict[str, Any] | None) -> Options:
+        opts = dict(options or {})
+        unknown = set(opts) - {"runtime", "strict", "cache", "buckets"} - _SEARCH_FIELDS
+        if unknown:
+            raise LumosError(f"unknown lumos option(s) {sorted(unknown)}; the options are "
+                             f"runtime, strict, cache, buckets and {sorted(_SEARCH_FIELDS)}")
+        runtime = opts.pop("runtime", "reference")
+        if runtime not in _RUNTIMES:
+            raise LumosError(f"runtime must be one of {_RUNTIMES}, got {runtime!r}")
+        buckets = opts.pop("buckets", None)
+        o = Options(runtime, bool(opts.pop("strict", False)), bool(opts.pop("cache", True)),
+                    None if buckets is None else tuple(tuple(b) for b in buckets), opts)
+        o.compile_options(["s"])  # checks the search options and buckets now
+        return o
+
+    def compile_options(self, dims: Iterable[str]) -> CompileOptions:
+        """The search options, with `buckets` for each of the graph's `dims`."""
+        buckets = {} if self.buckets is None else {d: self.buckets for d in dims}
+        return CompileOptions(**self.search, **({"dim_buckets": buckets} if buckets else {}))
+
+
+def backend(gm: fx.GraphModule, example_inputs: Sequence[Any],
+            options: dict[str, Any] | None = None) -> Any:
+    """The torch.compile backend: returns the callable that runs the Dynamo graph `gm`."""
+    opts = Options.parse(options)
+    runtime = _runtime(opts.runtime)
+    if torch.is_grad_enabled() and any(isinstance(x, torch.Tensor) and x.requires_grad
+                                       for x in example_inputs):
+        msg = ("this graph needs gradients and lumos compiles inference only, so it runs "
+               "eagerly in PyTorch; call the model under torch.no_grad() or "
+               "torch.inference_mode() to compile it")
+        if opts.strict:
+            raise LumosError(msg)
+        _warn_once("gradients", msg)
+        return gm.forward
+    from torch._functorch.aot_autograd import aot_module_simplified
+
+    try:
+        with torch.inference_mode():
+            return aot_module_simplified(
+                gm, example_inputs, decompositions=_decompositions(),
+                fw_compiler=functools.partial(_compile, opts=opts, runtime=runtime),
+                keep_inference_input_mutations=True)
+    except Exception as e:
+        if opts.strict:
+            raise
+        warn(f"could not compile a graph ({type(e).__name__}: {e}); it runs in PyTorch")
+        return gm.forward
+
+
+def _compile(gm: fx.GraphModule, example_inputs: Any, *, opts: Options, runtime: Any,
+             scope: Scope | None = None) -> Any:
+    """A callable for a core-ATen graph: all in lumos, or split around what fails.
+    `scope` is given for a region of a split graph."""
+    outer = scope.names if scope else frozenset()
+    key = cache.key(gm, opts.runtime, (opts.search, opts.buckets, sorted(outer))) \
+        if opts.cache else None
+    hit = cache.get(key) if key is not None else None
+    if hit is not None:
+        return CompiledGraph(*hit, gm, opts.strict, scope)
+    tr = translate(gm, outer)
+    if tr.failures:
+        first = next(iter(tr.failures.values()))
+        if opts.strict:
+            raise LumosError(f"strict: cannot translate {first}")
+        if scope is not None:
+            raise LumosError(first)
+        for node, msg in tr.failures.items():
+            _warn_once(str(node.target), f"{msg}; it runs in PyTorch")
+        regions = Scope(known_dims(tr))
+        split = partition.split(gm, set(tr.failures), functools.partial(
+            _compile, example_inputs=None, opts=opts, runtime=runtime, scope=regions))
+
+        def run(*args: Any) -> Any:
+            regions.env = read_dims(tr, args, gm)
+            return split(*args)
+
+        return run
+    g = tr.graph
+    program = g.compile(runtime, opts.compile_options(g.dims)) if g.outputs else None
+    if key is not None:
+        cache.put(key, (tr, program))
+    return CompiledGraph(tr, program, gm, opts.strict, scope)
+
+
+def _runtime(name: str) -> Any:
+    if name == "reference":
+        from lumos.runtime import ReferenceRuntime
+
+        return ReferenceRuntime()
+    try:
+        from lumos.runtime.cpu import CpuRuntime  # type: ignore[import-not-found]
+    except ImportError:
+        raise LumosError("runtime 'cpu' is not available yet (the CPU backend has not "
+                         "landed); use options={'runtime': 'reference'}") from None
+    return CpuRuntime()
+
+
+@functools.cache
+def _decompositions() -> dict[Any, Any]:
+    from torch._decomp import core_aten_decompositions, get_decompositions
+
+    aten = torch.ops.aten
+    extra = [aten._softmax, aten._log_softmax, aten.native_layer_norm, aten.gelu, aten.addmm,
+             aten.silu]
+    return {**core_aten_decompositions(), **get_decompositions(extra)}
+
+
+_warned: set[str] = set()
+
+
+def _warn_once(key: str, message: str) -> None:
+    if key not in _warned:
+        _warned.add(key)
+        warn(message)

@@ -1,0 +1,777 @@
+"""Core ATen -> the lumos Tensor API.
+
+`translate(gm)` walks a functional core-ATen FX graph (what AOTAutograd hands a
+forward compiler) and records every node in a fresh lumos `Graph`: placeholders
+and tensor attributes become graph inputs (bound from the real tensors on every
+call), SymInt sizes become lumos dims, `copy_` into an input becomes a mutation
+applied after the run. A node that cannot be translated is recorded in
+`failures` (and stood in for by a fresh input, so the nodes after it are still
+tried): the caller partitions around them.
+
+`TABLE` maps each ATen overload to a function `(ctx, *args, **kwargs)` whose
+arguments are already translated (tensors are lumos Tensors, SymInts are Exprs).
+"""
+
+from __future__ import annotations
+
+import functools
+import operator
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import sympy
+import torch
+from torch import fx
+from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
+
+from lumos.dtype import DType, bf16, bool_, f16, f32, f64, i8, i16, i32, i64, u8
+from lumos.errors import LumosError, ShapeError
+from lumos.frontend import index as I
+from lumos.frontend import nn as F
+from lumos.frontend import tensor as T
+from lumos.frontend.tensor import Tensor
+from lumos.graph import Graph
+from lumos.shape import Expr, View, emax, emin, simplify, sym, z
+
+aten = torch.ops.aten
+
+DTYPES: dict[torch.dtype, DType] = {
+    torch.float32: f32, torch.float16: f16, torch.bfloat16: bf16, torch.float64: f64,
+    torch.int8: i8, torch.uint8: u8, torch.int16: i16, torch.int32: i32, torch.int64: i64,
+    torch.bool: bool_,
+}
+
+
+class Unavailable:
+    """An output of a multi-output op that lumos does not compute (e.g. pooling indices)."""
+
+    def __init__(self, what: str) -> None:
+        self.what = what
+
+
+@dataclass
+class TensorOut:
+    tensor: Tensor
+    dtype: torch.dtype
+
+
+@dataclass
+class ArgOut:
+    """A graph input returned as it is (the caller returns the very same tensor)."""
+
+    position: int
+
+
+@dataclass
+class Translation:
+    graph: Graph
+    inputs: list[tuple[Tensor, int | str]] = field(default_factory=list)  # arg position / attr
+    dim_args: list[tuple[str, int]] = field(default_factory=list)  # dim read from a SymInt arg
+    outputs: Any = None  # the output structure; leaves TensorOut, ArgOut, Expr or constants
+    mutations: list[tuple[int, Tensor]] = field(default_factory=list)  # arg position, new value
+    failures: dict[fx.Node, str] = field(default_factory=dict)
+
+
+class Symbols:
+    """SymInts and sympy expressions as lumos Exprs; every symbol becomes a graph dim."""
+
+    def __init__(self, g: Graph) -> None:
+        self.g = g
+
+    def expr(self, v: Any) -> Expr:
+        if isinstance(v, torch.SymInt):
+            if free_unbacked_symbols(v):
+                raise LumosError(f"data-dependent size {v} (from a value read at run time)")
+            return self._sympy(v.node.expr, v.node.shape_env)
+        if isinstance(v, int) and not isinstance(v, bool):
+            return sym(v)
+        raise LumosError(f"{v!r} ({type(v).__name__}) is not an integer size")
+
+    def shape(self, t: torch.Tensor) -> tuple[Expr, ...]:
+        return tuple(self.expr(s) for s in t.shape)
+
+    def _sympy(self, e: sympy.Expr, env: Any) -> Expr:
+        go = functools.partial(self._sympy, env=env)
+        name = type(e).__name__
+        if e.is_Integer:
+            return sym(int(e))
+        if e.is_Symbol:
+            if str(e) not in self.g.dims:
+                r = env.var_to_range.get(e) if env is not None else None
+                lo = int(r.lower) if r is not None and r.lower.is_integer else 1
+                self.g.dim(str(e), max(lo, 0))
+            return sym(str(e))
+        if e.is_Add:
+            return functools.reduce(operator.add, map(go, e.args))
+        if e.is_Mul:
+            return functools.reduce(operator.mul, map(go, e.args))
+        if name in ("FloorDiv", "CleanDiv"):
+            return go(e.args[0]) // go(e.args[1])
+        if name == "CeilDiv":
+            return -(-go(e.args[0]) // go(e.args[1]))
+        if name in ("PythonMod", "Mod"):  # sizes: both operands are non-negative
+            return go(e.args[0]) % go(e.args[1])
+        if name == "ModularIndexing":
+            return (go(e.args[0]) // go(e.args[1])) % go(e.args[2])
+        if name in ("Max", "Min"):
+            return functools.reduce(emax if name == "Max" else emin, map(go, e.args))
+        if name in ("Pow", "PowByNatural") and e.args[1].is_Integer and int(e.args[1]) >= 0:
+            return functools.reduce(operator.mul, [go(e.args[0])] * int(e.args[1]), sym(1))
+        raise LumosError(f"symbolic size {e} ({name}) has no lumos counterpart")
+
+
+class Ctx:
+    """What an op translation may ask about the node: the graph and the output's meta."""
+
+    def __init__(self, g: Graph, node: fx.Node, syms: Symbols) -> None:
+        self.g, self.node, self.syms = g, node, syms
+
+    @property
+    def op(self) -> str:
+        """The op's name without its overload: `sum` for aten.sum.dim_IntList."""
+        return self.node.target.__name__.split(".")[0]
+
+    @property
+    def val(self) -> Any:
+        return self.node.meta["val"]
+
+    @property
+    def dtype(self) -> DType:
+        return DTYPES[self.val.dtype]
+
+    @property
+    def shape(self) -> tuple[Expr, ...]:
+        return self.syms.shape(self.val)
+
+
+# -- the table ---------------------------------------------------------------------------
+
+TABLE: dict[Any, Callable[..., Any]] = {}
+
+
+def _op(*names: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    def deco(fn: Callable[..., Any]) -> Callable[..., Any]:
+        for name in names:
+            packet, _, overload = name.partition(".")
+            TABLE[getattr(getattr(aten, packet), overload or "default")] = fn
+        return fn
+
+    return deco
+
+
+def _v(c: Ctx, x: Any) -> Any:
+    """A scalar operand: a symbolic size becomes a 0-d tensor holding its value."""
+    if isinstance(x, Expr):
+        return x.value if x.is_num else T.dim_value(c.g, x, i64)
+    return x
+
+
+def _method(name: str) -> Callable[..., Any]:
+    return lambda c, x, *a, **k: getattr(x, name)(*(_v(c, v) for v in a), **k)
+
+
+def _binary(fn: Callable[..., Tensor]) -> Callable[..., Any]:
+    return lambda c, a, b, **k: fn(_v(c, a), _v(c, b), **k)
+
+
+for _name in ("abs", "neg", "exp", "exp2", "log", "log2", "sqrt", "rsqrt", "reciprocal", "sin",
+              "cos", "tanh", "sigmoid", "relu", "erf", "floor", "ceil", "round", "trunc",
+              "sign", "isnan", "isinf", "logical_not", "silu", "gelu", "log1p", "expm1"):
+    _op(_name)(_method(_name))
+_op("sgn")(_method("sign"))
+
+
+@_op("tan")
+def _tan(c: Ctx, x: Tensor) -> Tensor:
+    xf = x.to(f32) if x.dtype.bits < 32 or not x.dtype.is_float else x
+    return (xf.sin() / xf.cos()).to(c.dtype)
+
+
+@_op("leaky_relu")
+def _leaky_relu(c: Ctx, x: Tensor, negative_slope: float = 0.01) -> Tensor:
+    return T.where(x > 0, x, x * negative_slope)
+
+
+@_op("elu")
+def _elu(c: Ctx, x: Tensor, alpha: float = 1.0, scale: float = 1.0,
+         input_scale: float = 1.0) -> Tensor:
+    return T.where(x > 0, x * scale, (x * input_scale).expm1() * (alpha * scale))
+
+for _names, _fn in (
+        (("add.Tensor", "add.Scalar"), T.add), (("sub.Tensor", "sub.Scalar"), T.sub),
+        (("mul.Tensor", "mul.Scalar"), T.mul),
+        (("div.Tensor", "div.Scalar", "div.Tensor_mode", "div.Scalar_mode"), T.div),
+        (("pow.Tensor_Scalar", "pow.Tensor_Tensor", "pow.Scalar"), T.pow),
+        (("maximum",), T.maximum), (("minimum",), T.minimum),
+        (("fmod.Tensor", "fmod.Scalar"), T.fmod),
+        (("remainder.Tensor", "remainder.Scalar"), T.remainder),
+        (("floor_divide", "floor_divide.Scalar"), T.floor_divide),
+        (("eq.Tensor", "eq.Scalar"), T.eq), (("ne.Tensor", "ne.Scalar"), T.ne),
+        (("lt.Tensor", "lt.Scalar"), T.lt), (("le.Tensor", "le.Scalar"), T.le),
+        (("gt.Tensor", "gt.Scalar"), T.gt), (("ge.Tensor", "ge.Scalar"), T.ge),
+        (("logical_and",), T.logical_and), (("logical_or",), T.logical_or),
+        (("logical_xor",), T.logical_xor)):
+    _op(*_names)(_binary(_fn))
+
+
+@_op("rsub.Tensor", "rsub.Scalar")
+def _rsub(c: Ctx, a: Any, b: Any, alpha: Any = 1) -> Tensor:
+    return T.sub(_v(c, b), _v(c, a), alpha)
+
+
+def _bitwise(fn: Callable[..., Tensor], name: str) -> Callable[..., Any]:
+    def run(c: Ctx, *xs: Any) -> Tensor:
+        if any(isinstance(x, Tensor) and not x.dtype.is_bool for x in xs):
+            raise LumosError(f"{name} is only translated for bool tensors")
+        return fn(*(_v(c, x) for x in xs))
+
+    return run
+
+
+_op("bitwise_and.Tensor", "bitwise_and.Scalar")(_bitwise(T.logical_and, "bitwise_and"))
+_op("bitwise_or.Tensor", "bitwise_or.Scalar")(_bitwise(T.logical_or, "bitwise_or"))
+_op("bitwise_xor.Tensor", "bitwise_xor.Scalar")(_bitwise(T.logical_xor, "bitwise_xor"))
+_op("bitwise_not")(_bitwise(T.logical_not, "bitwise_not"))
+
+
+@_op("where.self")
+def _where(c: Ctx, cond: Tensor, a: Tensor, b: Tensor) -> Tensor:
+    return T.where(cond, a, b)
+
+
+@_op("clamp", "clamp.Tensor")
+def _clamp(c: Ctx, x: Tensor, min: Any = None, max: Any = None) -> Tensor:
+    return x if min is None and max is None else T.clamp(x, _v(c, min), _v(c, max))
+
+
+@_op("clamp_min", "clamp_min.Tensor")
+def _clamp_min(c: Ctx, x: Tensor, v: Any) -> Tensor:
+    return T.clamp(x, min=_v(c, v))
+
+
+@_op("clamp_max", "clamp_max.Tensor")
+def _clamp_max(c: Ctx, x: Tensor, v: Any) -> Tensor:
+    return T.clamp(x, max=_v(c, v))
+
+
+@_op("masked_fill.Scalar", "masked_fill.Tensor")
+def _masked_fill(c: Ctx, x: Tensor, mask: Tensor, value: Any) -> Tensor:
+    return T.masked_fill(x, mask, _v(c, value))
+
+
+# -- reductions --------------------------------------------------------------------------
+
+@_op("sum.dim_IntList", "sum.default", "mean.dim", "mean.default", "prod.dim_int",
+     "prod.default", "any.dim", "any.dims", "any.default", "all.dim", "all.dims",
+     "all.default", "amax", "amin", "argmax", "argmin", "cumsum", "logsumexp", "max.default",
+     "min.default", "max.dim", "min.dim")
+def _reduction(c: Ctx, x: Tensor, *args: Any, **kwargs: Any) -> Any:
+    out = getattr(x, c.op)(*args, **kwargs)
+    return tuple(out) if c.op in ("max", "min") and args else out
+
+
+@_op("var.correction", "std.correction")
+def _var(c: Ctx, x: Tensor, dim: Any = None, *, correction: Any = None,
+         keepdim: bool = False) -> Tensor:
+    return getattr(x, c.op)(dim, keepdim=keepdim, correction=correction)
+
+
+@_op("var_mean.correction")
+def _var_mean(c: Ctx, x: Tensor, dim: Any = None, *, correction: Any = None,
+              keepdim: bool = False) -> tuple[Tensor, Tensor]:
+    return x.var(dim, keepdim=keepdim, correction=correction), x.mean(dim, keepdim)
+
+
+@_op("linalg_vector_norm")
+def _vector_norm(c: Ctx, x: Tensor, ord: float = 2, dim: Any = None, keepdim: bool = False, *,
+                 dtype: Any = None) -> Tensor:
+    a = (x if dtype is None else x.to(DTYPES[dtype])).abs()
+    if ord in (float("inf"), float("-inf")):
+        return (a.amax if ord > 0 else a.amin)(dim or (), keepdim)
+    if ord == 0:
+        return (a != 0).sum(dim, keepdim).to(a.dtype)
+    if ord == 1:
+        return a.sum(dim, keepdim)
+    return (a ** ord).sum(dim, keepdim) ** (1 / ord)
+
+
+@_op("_softmax", "_log_softmax")
+def _softmax(c: Ctx, x: Tensor, dim: int, half_to_float: bool) -> Tensor:
+    return getattr(x, c.op.lstrip("_"))(dim, dtype=f32 if half_to_float else None)
+
+
+# -- linear algebra and nn ---------------------------------------------------------------
+
+@_op("mm", "bmm")
+def _mm(c: Ctx, a: Tensor, b: Tensor) -> Tensor:
+    return a @ b
+
+
+@_op("addmm")
+def _addmm(c: Ctx, bias: Tensor, a: Tensor, b: Tensor, *, beta: Any = 1,
+           alpha: Any = 1) -> Tensor:
+    return T.add(T.mul(bias, beta), T.mul(a @ b, alpha))
+
+
+@_op("convolution")
+def _convolution(c: Ctx, x: Tensor, w: Tensor, b: Tensor | None, stride: list,
+                 padding: list, dilation: list, transposed: bool, output_padding: list,
+                 groups: int) -> Tensor:
+    if transposed or x.ndim not in (3, 4):
+        raise LumosError("only 1-d and 2-d convolutions that are not transposed translate")
+    conv = F.conv1d if x.ndim == 3 else F.conv2d
+    return conv(x, w, b, _ints(stride), _ints(padding), _ints(dilation), int(groups))
+
+
+def _ints(xs: Any) -> Any:
+    return [int(v) for v in xs] if isinstance(xs, (list, tuple)) else int(xs)
+
+
+@_op("_native_batch_norm_legit_no_training")
+def _batch_norm(c: Ctx, x: Tensor, w: Tensor | None, b: Tensor | None, mean: Tensor,
+                var: Tensor, momentum: float, eps: float) -> tuple:
+    out = F.batch_norm(x, mean, var, w, b, False, momentum, eps)
+    return out, Unavailable("saved mean"), Unavailable("saved inverse std")
+
+
+@_op("_native_batch_norm_legit.no_stats")
+def _instance_stats_norm(c: Ctx, x: Tensor, w: Tensor | None, b: Tensor | None,
+                         training: bool, momentum: float, eps: float) -> tuple:
+    """Batch norm with the batch's own statistics (instance norm): a group norm with a
+    group per channel, over the input read as (1, C, N * rest)."""
+    n, ch, *rest = x.view.shape
+    y = F.group_norm(x.transpose(0, 1).reshape(1, ch, -1), int(ch), w, b, eps)
+    out = y.reshape(ch, n, *rest).transpose(0, 1)
+    return out, Unavailable("batch mean"), Unavailable("batch inverse std")
+
+
+@_op("native_group_norm")
+def _group_norm(c: Ctx, x: Tensor, w: Tensor | None, b: Tensor | None, n: Any, ch: Any,
+                hw: Any, group: int, eps: float) -> tuple:
+    out = F.group_norm(x, group, w, b, eps)
+    return out, Unavailable("group norm mean"), Unavailable("group norm rstd")
+
+
+@_op("native_layer_norm")
+def _layer_norm(c: Ctx, x: Tensor, shape: list, w: Tensor | None, b: Tensor | None,
+                eps: float) -> tuple:
+    out = F.layer_norm(x, _ints(shape), w, b, eps)
+    return out, Unavailable("layer norm mean"), Unavailable("layer norm rstd")
+
+
+@_op("max_pool2d_with_indices")
+def _max_pool2d(c: Ctx, x: Tensor, kernel: list, stride: list = (), padding: Any = 0,
+                dilation: Any = 1, ceil_mode: bool = False) -> tuple:
+    out = F.max_pool2d(x, _ints(kernel), _ints(stride) if stride else None, _ints(padding),
+                       _ints(dilation), ceil_mode)
+    return out, Unavailable("max pool indices")
+
+
+@_op("avg_pool2d")
+def _avg_pool2d(c: Ctx, x: Tensor, kernel: list, stride: list = (), padding: Any = 0,
+                ceil_mode: bool = False, count_include_pad: bool = True,
+                divisor_override: int | None = None) -> Tensor:
+    return F.avg_pool2d(x, _ints(kernel), _ints(stride) if stride else None, _ints(padding),
+                        ceil_mode, count_include_pad, divisor_override)
+
+
+@_op("_adaptive_avg_pool2d")
+def _adaptive_avg_pool2d(c: Ctx, x: Tensor, size: list) -> Tensor:
+    return F.adaptive_avg_pool2d(x, _ints(size))
+
+
+@_op("embedding")
+def _embedding(c: Ctx, weight: Tensor, indices: Tensor, *_: Any) -> Tensor:
+    return F.embedding(indices, weight)
+
+
+# -- indexing ----------------------------------------------------------------------------
+
+@_op("index.Tensor")
+def _index(c: Ctx, x: Tensor, indices: list) -> Tensor:
+    return x[tuple(slice(None) if i is None else i for i in indices)]
+
+
+@_op("index_put")
+def _index_put(c: Ctx, x: Tensor, indices: list, values: Tensor,
+               accumulate: bool = False) -> Tensor:
+    return x.index_put(indices, values, accumulate)
+
+
+@_op("index_copy")
+def _index_copy(c: Ctx, x: Tensor, dim: int, index: Tensor, source: Tensor) -> Tensor:
+    return x.index_put([None] * x._axis(dim) + [index], source)
+
+
+@_op("index_select")
+def _index_select(c: Ctx, x: Tensor, dim: int, index: Tensor) -> Tensor:
+    return x.index_select(dim, index)
+
+
+@_op("gather")
+def _gather(c: Ctx, x: Tensor, dim: int, index: Tensor, sparse_grad: bool = False) -> Tensor:
+    return x.gather(dim, index)
+
+
+@_op("scatter.src", "scatter.value")
+def _scatter(c: Ctx, x: Tensor, dim: int, index: Tensor, src: Any) -> Tensor:
+    return x.scatter(dim, index, _v(c, src))
+
+
+@_op("select.int")
+def _select(c: Ctx, x: Tensor, dim: int, index: Any) -> Tensor:
+    return x[(slice(None),) * x._axis(dim) + (index,)]
+
+
+@_op("slice.Tensor")
+def _slice(c: Ctx, x: Tensor, dim: int = 0, start: Any = None, end: Any = None,
+           step: int = 1) -> Tensor:
+    return x[(slice(None),) * x._axis(dim) + (slice(start, _end(end), step),)]
+
+
+def _end(end: Any) -> Any:
+    """PyTorch writes `x[a:]` as an end of 2**63 - 1: to the end, whatever the size."""
+    return None if isinstance(end, int) and end >= 2**62 else end
+
+
+@_op("slice_scatter")
+def _slice_scatter(c: Ctx, x: Tensor, src: Tensor, dim: int = 0, start: Any = None,
+                   end: Any = None, step: int = 1) -> Tensor:
+    """x with src written at x[..., start:end:step, ...]: src spread out by a view whose
+    predicate marks the written positions, selected exactly with where."""
+    d = x._axis(dim)
+    begin, n, step = I._slice(x.view.shape[d], slice(start, _end(end), step), c.g.dims)
+    rel = z(d) - begin
+    hit = z(d).ge(begin) & rel.lt(n * step) & (rel % step).lt(1)
+    spread = src.view.remap(x.view.shape, {f"z{d}": rel // step})
+    mask = T.full_like(x, True, bool_)
+    return T.where(mask._with_view(_where_valid(mask.view, hit)),
+                   src._with_view(_where_valid(spread, hit)), x)
+
+
+def _where_valid(v: View, pred: Expr) -> View:
+    return View(v.shape, v.index, simplify(v.valid & pred, v.bounds()))
+
+
+@_op("select_scatter")
+def _select_scatter(c: Ctx, x: Tensor, src: Tensor, dim: int, index: Any) -> Tensor:
+    d = x._axis(dim)
+    i = index if not (isinstance(index, int) and index < 0) else x.view.shape[d] + index
+    return _slice_scatter(c, x, src.unsqueeze(d), d, i, sym(i) + 1, 1)
+
+
+@_op("cat")
+def _cat(c: Ctx, tensors: list, dim: int = 0) -> Tensor:
+    return T.cat(tensors, dim)
+
+
+@_op("split_with_sizes", "split.Tensor")
+def _split(c: Ctx, x: Tensor, sizes: Any, dim: int = 0) -> tuple:
+    return tuple(T.split(x, sizes, dim))
+
+
+@_op("diagonal")
+def _diagonal(c: Ctx, x: Tensor, offset: int = 0, dim1: int = 0, dim2: int = 1) -> Tensor:
+    a, b = x._axis(dim1), x._axis(dim2)
+    rest = [i for i in range(x.ndim) if i not in (a, b)]
+    m = {f"z{i}": z(j) for j, i in enumerate(rest)}
+    m[f"z{a}"], m[f"z{b}"] = z(len(rest)) + max(-offset, 0), z(len(rest)) + max(offset, 0)
+    return x._with_view(x.view.remap(c.shape, m))
+
+
+@_op("unbind.int")
+def _unbind(c: Ctx, x: Tensor, dim: int = 0) -> tuple:
+    d = x._axis(dim)
+    return tuple(x[(slice(None),) * d + (i,)] for i in range(int(x.view.shape[d])))
+
+
+@_op("constant_pad_nd")
+def _pad(c: Ctx, x: Tensor, pad: list, value: Any = 0) -> Tensor:
+    return x.pad(pad, value)
+
+
+@_op("tril", "triu")
+def _triangle(c: Ctx, x: Tensor, diagonal: Any = 0) -> Tensor:
+    return getattr(x, c.op)(diagonal)
+
+
+# -- layout ------------------------------------------------------------------------------
+
+@_op("view", "_unsafe_view")
+def _view(c: Ctx, x: Tensor, size: list) -> Tensor:
+    try:
+        return x.reshape(*size)
+    except ShapeError:
+        if all(s.is_num for s in x.view.shape):
+            raise
+    # equal sizes that lumos cannot prove equal (PyTorch knows more, e.g. that s*t is
+    # even): read x at each result element's flat position, as reshape itself does
+    shape = [m if isinstance(s, int) and s == -1 else s for s, m in zip(size, c.shape, strict=True)]
+    flat = View.contiguous(shape).index
+    mapping, stride = {}, sym(1)
+    for i in reversed(range(x.ndim)):
+        n = x.view.shape[i]
+        mapping[f"z{i}"] = (flat // stride) % n if i else flat // stride
+        stride = stride * n
+    return x._with_view(x.view.remap(shape, mapping))
+
+
+@_op("expand")
+def _expand(c: Ctx, x: Tensor, size: list, *, implicit: bool = False) -> Tensor:
+    return x.expand(*size)
+
+
+@_op("permute")
+def _permute(c: Ctx, x: Tensor, dims: list) -> Tensor:
+    return x.permute(*dims)
+
+
+@_op("transpose.int")
+def _transpose(c: Ctx, x: Tensor, a: int, b: int) -> Tensor:
+    return x.transpose(a, b)
+
+
+@_op("t")
+def _t(c: Ctx, x: Tensor) -> Tensor:
+    return x.t()
+
+
+@_op("unsqueeze")
+def _unsqueeze(c: Ctx, x: Tensor, dim: int) -> Tensor:
+    return x.unsqueeze(dim)
+
+
+@_op("squeeze", "squeeze.dim", "squeeze.dims")
+def _squeeze(c: Ctx, x: Tensor, dim: Any = None) -> Tensor:
+    return x.squeeze(dim)
+
+
+@_op("flip")
+def _flip(c: Ctx, x: Tensor, dims: list) -> Tensor:
+    return x.flip(*dims)
+
+
+@_op("roll")
+def _roll(c: Ctx, x: Tensor, shifts: list, dims: list = ()) -> Tensor:
+    return x.roll(list(shifts), list(dims) or None)
+
+
+@_op("repeat")
+def _repeat(c: Ctx, x: Tensor, repeats: list) -> Tensor:
+    return x.repeat(*repeats)
+
+
+@_op("alias", "clone", "detach", "lift_fresh_copy")
+def _identity(c: Ctx, x: Tensor, **_: Any) -> Tensor:
+    return x
+
+
+@_op("_to_copy")
+def _to_copy(c: Ctx, x: Tensor, **_: Any) -> Tensor:
+    return x.to(c.dtype)
+
+
+@_op("copy")
+def _copy(c: Ctx, dst: Tensor, src: Tensor, non_blocking: bool = False) -> Tensor:
+    return src.to(dst.dtype).expand(*dst.view.shape)
+
+
+# -- construction ------------------------------------------------------------------------
+
+@_op("full", "full_like", "zeros", "ones", "zeros_like", "ones_like", "empty.memory_format",
+     "empty_like", "empty_strided", "new_full", "new_zeros", "new_ones", "new_empty",
+     "scalar_tensor", "fill.Scalar")
+def _full(c: Ctx, *args: Any, **_: Any) -> Tensor:
+    name = c.op
+    at = {"full": 1, "full_like": 1, "new_full": 2, "fill": 1, "scalar_tensor": 0}
+    value = args[at[name]] if name in at else 1 if "ones" in name else 0
+    if isinstance(value, Expr) and not value.is_num:
+        return T.dim_value(c.g, value, c.dtype).expand(*c.shape)
+    return I.full(c.g, c.shape, _v(c, value), c.dtype)
+
+
+@_op("arange", "arange.start", "arange.start_step")
+def _arange(c: Ctx, *args: Any, **_: Any) -> Tensor:
+    return I.arange(c.g, *args, dtype=c.dtype)
+
+
+@_op("_assert_tensor_metadata", "_assert_scalar", "_assert_async.msg", "_assert_async",
+     "sym_constrain_range_for_size")
+def _assert(c: Ctx, *_: Any, **__: Any) -> None:
+    return None
+
+
+# -- the walk ----------------------------------------------------------------------------
+
+def translate(gm: fx.GraphModule, outer: frozenset[str] = frozenset()) -> Translation:
+    """Record gm's nodes in a new lumos graph (see the module docstring). `outer`: dims
+    that the caller supplies at run time (those of the graph a region belongs to)."""
+    g = Graph()
+    tr, syms = Translation(g), Symbols(g)
+    env: dict[fx.Node, Any] = {}
+    position: dict[fx.Node, int] = {}
+    for node in gm.graph.nodes:
+        if node.op == "placeholder":
+            position[node] = len(position)
+            env[node] = _input(tr, syms, node, position[node])
+        elif node.op == "get_attr":
+            env[node] = _input(tr, syms, node, node.target)
+        elif node.op == "call_function":
+            try:
+                env[node] = _call(tr, syms, node, env, position)
+            except Exception as e:  # any reason at all: that node runs in PyTorch
+                tr.failures[node] = f"{describe(node)}: {type(e).__name__}: {e}"
+                env[node] = _stand_in(g, syms, node)
+        elif node.op == "output":
+            for n in node.all_input_nodes:
+                if isinstance(env[n], Unavailable):
+                    tr.failures[n] = f"{describe(n)}: lumos does not compute the {env[n].what}"
+            tr.outputs = fx.map_arg(node.args[0], lambda n: _output(n, env, position))
+        else:
+            tr.failures[node] = f"{describe(node)}: {node.op} nodes are not translated"
+            env[node] = _stand_in(g, syms, node)
+    _check_dims(tr, outer)
+    return tr
+
+
+def describe(node: fx.Node) -> str:
+    """The op and its input shapes and dtypes, e.g. `aten.topk.default(f32[4, 7], 3)`."""
+    def show(a: Any) -> str:
+        if isinstance(a, fx.Node):
+            v = a.meta.get("val")
+            if isinstance(v, torch.Tensor):
+                return f"{str(v.dtype).removeprefix('torch.')}{list(v.shape)}"
+            return str(v) if v is not None else a.name
+        if isinstance(a, (list, tuple)):
+            return "[" + ", ".join(map(show, a)) + "]"
+        return repr(a)
+
+    parts = [show(a) for a in node.args] + [f"{k}={show(v)}" for k, v in node.kwargs.items()]
+    return f"{_name(node.target)}({', '.join(parts)})"
+
+
+def _name(target: Any) -> str:
+    return str(target) if isinstance(target, torch._ops.OpOverload) else \
+        getattr(target, "__name__", str(target))
+
+
+def _input(tr: Translation, syms: Symbols, node: fx.Node, source: int | str) -> Any:
+    val = node.meta.get("val") if isinstance(source, int) else \
+        functools.reduce(getattr, str(source).split("."), node.graph.owning_module)
+    if isinstance(val, torch.Tensor):
+        _check_tensor(val)
+        t = tr.graph.tensor(syms.shape(val), DTYPES[val.dtype], name=f"{node.name}")
+        tr.inputs.append((t, source))
+        return t
+    if isinstance(val, torch.SymInt):
+        e = syms.expr(val)
+        if e.op == "var" and isinstance(source, int):
+            tr.dim_args.append((e.args[0], source))
+        return e
+    if isinstance(val, (int, float, bool)) or val is None:
+        return val
+    raise LumosError(f"input {node.name} of type {type(val).__name__} is not translated")
+
+
+def _check_tensor(v: torch.Tensor) -> None:
+    if v.dtype not in DTYPES:
+        raise LumosError(f"dtype {v.dtype} is not supported by lumos")
+    if v.device.type != "cpu":
+        raise LumosError(f"tensors on {v.device} are not supported (CPU only)")
+
+
+def _call(tr: Translation, syms: Symbols, node: fx.Node, env: dict[fx.Node, Any],
+          position: dict[fx.Node, int]) -> Any:
+    val = node.meta.get("val")
+    if node.target is operator.getitem:
+        return env[node.args[0]][node.args[1]]  # if Unavailable, its readers fail
+    for n in node.all_input_nodes:
+        if isinstance(env[n], Unavailable):
+            tr.failures.setdefault(n, f"{describe(n)}: lumos does not compute the {env[n].what}")
+            raise LumosError(f"it reads the {env[n].what}, which lumos does not compute")
+        if isinstance(n.meta.get("val"), torch.Tensor):
+            _check_tensor(n.meta["val"])
+    if isinstance(val, torch.Tensor):
+        _check_tensor(val)
+    if node.target in _SIZES or (isinstance(val, (torch.SymInt, int)) and not isinstance(
+            val, bool) and not isinstance(node.target, torch._ops.OpOverload)):
+        return syms.expr(val)  # sizes and arithmetic on them: read off the meta
+    if node.target is aten.copy_.default:
+        dst = node.args[0]
+        if dst not in position:
+            raise LumosError("copy_ into a value that is not a graph input")
+        new = _copy(None, env[dst], env[node.args[1]])  # type: ignore[arg-type]
+        tr.mutations.append((position[dst], new.output()))
+        return new
+    fn = TABLE.get(node.target)
+    if fn is None:
+        raise LumosError("no translation")
+    args = fx.map_arg(node.args, env.__getitem__)
+    kwargs = fx.map_arg(node.kwargs, env.__getitem__)
+    return _conform(fn(Ctx(tr.graph, node, syms), *args, **kwargs), val, syms)
+
+
+_SIZES = {aten.sym_size.int, aten.sym_numel.default, aten.sym_storage_offset.default}
+
+
+def _conform(out: Any, val: Any, syms: Symbols) -> Any:
+    """The translated value with the dtype PyTorch gives it, its shape checked."""
+    if isinstance(out, Tensor) and isinstance(val, torch.Tensor):
+        want = syms.shape(val)
+        if len(want) != out.ndim or any(a.is_num and b.is_num and a is not b
+                                        for a, b in zip(out.view.shape, want, strict=True)):
+            raise ShapeError(f"lumos computed shape {out.shape}, PyTorch {tuple(val.shape)}")
+        # symbolic sizes in PyTorch's form, simplified under its guards (sizes lumos knows
+        # to be a number stay numbers)
+        shape = tuple(a if a.is_num else b for a, b in zip(out.view.shape, want, strict=True))
+        if shape != out.view.shape:
+            out = out._with_view(View(shape, out.view.index, out.view.valid))
+        return out.to(DTYPES[val.dtype])
+    if isinstance(out, (tuple, list)) and isinstance(val, (tuple, list)):
+        return tuple(o if isinstance(o, Unavailable) else _conform(o, v, syms)
+                     for o, v in zip(out, val, strict=True))
+    return out
+
+
+def _stand_in(g: Graph, syms: Symbols, node: fx.Node) -> Any:
+    """A fresh input in place of a node that did not translate (so its users are still
+    tried; such a translation is only used to find what else translates)."""
+    def one(v: Any, i: int) -> Any:
+        try:
+            if isinstance(v, torch.Tensor) and v.dtype in DTYPES:
+                return g.tensor(syms.shape(v), DTYPES[v.dtype], name=f"failed_{node.name}_{i}")
+            if isinstance(v, torch.SymInt):
+                return syms.expr(v)
+        except LumosError:
+            pass
+        return Unavailable(f"result of {node.name}")
+
+    val = node.meta.get("val")
+    if isinstance(val, (tuple, list)):
+        return tuple(one(v, i) for i, v in enumerate(val))
+    return one(val, 0)
+
+
+def _output(n: fx.Node, env: dict[fx.Node, Any], position: dict[fx.Node, int]) -> Any:
+    if n in position:
+        return ArgOut(position[n])
+    v = env[n]
+    if isinstance(v, Tensor):
+        return TensorOut(v.output(), n.meta["val"].dtype)
+    return v
+
+
+def known_dims(tr: Translation) -> frozenset[str]:
+    """The dims read at run time: sizes of input tensors and SymInt arguments."""
+    known = {name for name, _ in tr.dim_args}
+    for t, _ in tr.inputs:
+        known |= {e.args[0] for e in t.view.shape if e.op == "var"}
+    return frozenset(known)
+
+
+def _check_dims(tr: Translation, outer: frozenset[str]) -> None:
+    known = known_dims(tr) | outer
+    for name in tr.graph.dims:
+        if name not in known:
+            raise LumosError(f"dimension {name} cannot be read from the graph's inputs")

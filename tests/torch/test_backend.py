@@ -1,0 +1,314 @@
+"""torch.compile(model, backend="lumos") end to end, against eager PyTorch."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import lumos
+import lumos.torch as lt
+from lumos.torch import cache
+from lumos.torch.compiled import CompiledGraph
+from tests.torch.harness import assert_same
+from tests.torch.models import BertLayer, SmallCNN, TinyLlama
+
+STRICT = {"strict": True}
+
+
+@pytest.fixture(autouse=True)
+def fresh() -> Iterator[None]:
+    torch._dynamo.reset()
+    cache.clear()
+    lt._warned.clear()
+    torch.manual_seed(0)
+    yield
+    torch._dynamo.reset()
+
+
+@pytest.fixture
+def runs(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Counts executions of compiled lumos graphs (whole graphs and regions)."""
+    calls: list[int] = []
+    run = CompiledGraph._run
+
+    def counted(self: CompiledGraph, args: tuple) -> Any:
+        calls.append(1)
+        return run(self, args)
+
+    monkeypatch.setattr(CompiledGraph, "_run", counted)
+    return calls
+
+
+def counting(calls: list[Any]) -> Any:
+    """The lumos backend, recording each graph Dynamo hands it."""
+    def backend(gm: torch.fx.GraphModule, example_inputs: Any, **kw: Any) -> Any:
+        calls.append(gm)
+        return lt.backend(gm, example_inputs, **kw)
+
+    return backend
+
+
+def compiled(m: Any, **kw: Any) -> Any:
+    return torch.compile(m, backend="lumos", **kw)
+
+
+# -- models --------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_tiny_llama(dtype: torch.dtype, runs: list[int]) -> None:
+    m = TinyLlama().eval().to(dtype)
+    f = compiled(m, options=STRICT)
+    with torch.no_grad():
+        for s in (7, 9, 16):  # the second length recompiles with a symbolic length
+            ids = torch.randint(0, 61, (2, s))
+            assert_same(f(ids), m(ids), atol=0.05 if dtype == torch.bfloat16 else 1e-5)
+    assert len(runs) == 3
+
+
+def test_bert_layer_with_padding_mask() -> None:
+    m = BertLayer().eval()
+    x = torch.randn(2, 5, 32)
+    mask = torch.tensor([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]])
+    with torch.no_grad():
+        assert_same(compiled(m, options=STRICT)(x, mask), m(x, mask))
+
+
+def test_small_cnn() -> None:
+    m = SmallCNN().eval()
+    x = torch.randn(3, 3, 15, 17).permute(0, 1, 3, 2)  # odd sizes, non-contiguous
+    with torch.no_grad():
+        assert_same(compiled(m, options=STRICT)(x), m(x))
+
+
+def test_inference_mode_and_integer_outputs() -> None:
+    def f(ids: torch.Tensor, mask: torch.Tensor) -> tuple:
+        pos = mask.long().cumsum(-1) - 1
+        keep = (ids > 3) & mask.bool()
+        return pos.masked_fill(~mask.bool(), 0), keep, ids.argmax(-1), ids.float().mean()
+
+    ids, mask = torch.randint(0, 9, (3, 6)), torch.tensor([[1] * 6, [1] * 4 + [0] * 2, [0] * 6])
+    with torch.inference_mode():
+        assert_same(compiled(f, options=STRICT)(ids, mask), f(ids, mask))
+
+
+# -- dynamic shapes, weights, mutation ----------------------------------------------------
+
+def test_a_new_length_reuses_the_dynamic_graph() -> None:
+    graphs: list[Any] = []
+    m = TinyLlama(layers=1).eval()
+    f = torch.compile(m, backend=counting(graphs), options=STRICT)
+    with torch.no_grad():
+        for s in (3, 5, 8, 13, 2):
+            ids = torch.randint(0, 61, (1, s))
+            assert_same(f(ids), m(ids))
+    assert len(graphs) == 2  # static, then one with a symbolic length for every other
+    assert cache.stats["misses"] == 2
+
+
+def test_weights_are_read_on_every_call() -> None:
+    m = nn.Sequential(nn.Linear(4, 3), nn.ReLU(), nn.Linear(3, 2)).eval()
+    f = compiled(m, options=STRICT)
+    x = torch.randn(5, 4)
+    with torch.no_grad():
+        before = f(x)
+        m[0].weight.mul_(-2)
+        m[2].bias.add_(1)
+        after = f(x)
+        assert_same(after, m(x))
+        assert not torch.allclose(before, after)
+
+
+def test_bf16_weights_bound_without_copies() -> None:
+    m = nn.Linear(8, 4).to(torch.bfloat16).eval()
+    f = compiled(m, options=STRICT)
+    x = torch.randn(3, 8, dtype=torch.bfloat16)
+    with torch.no_grad():
+        f(x)
+        m.weight.zero_()
+        assert_same(f(x), m(x))
+
+
+def test_input_mutation_writes_back() -> None:
+    class Cache(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.register_buffer("k", torch.zeros(2, 6, 3))
+
+        def forward(self, x: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+            self.k.index_copy_(1, pos, x)
+            self.k[:, -1] += 1
+            return self.k.sum(1)
+
+    eager, m = Cache(), Cache()
+    f = compiled(m, options=STRICT)
+    with torch.no_grad():
+        for p in ([0, 1], [2], [5, 3]):
+            x, pos = torch.randn(2, len(p), 3), torch.tensor(p)
+            assert_same(f(x, pos), eager(x, pos))
+            assert_same(m.k, eager.k)
+
+
+def test_tuple_outputs_and_views_of_inputs() -> None:
+    def f(x: torch.Tensor) -> tuple:
+        return x.t(), x[1:] * 2, (x.sum(), x.shape[0])
+
+    x = torch.randn(3, 4)
+    with torch.no_grad():
+        got = compiled(f, options=STRICT)(x)
+        assert_same(got, f(x))
+        assert got[0].data_ptr() == x.data_ptr()  # a view of the input, as in eager
+        a, b = compiled(lambda u: (u + 1, u + 1), options=STRICT)(x)
+        a.add_(1)  # one lumos node for both, but two separate results, as in eager
+        assert_same(b, x + 1)
+
+
+# -- graph breaks, fallback, strict -----------------------------------------------------------
+
+def test_graph_break_gives_several_graphs_all_in_lumos(runs: list[int]) -> None:
+    graphs: list[Any] = []
+
+    def f(x: torch.Tensor) -> torch.Tensor:
+        y = torch.tanh(x) @ x.T
+        torch._dynamo.graph_break()
+        return F.softmax(y + 1, dim=-1).sum(0)
+
+    x = torch.randn(4, 3)
+    with torch.no_grad():
+        assert_same(torch.compile(f, backend=counting(graphs), options=STRICT)(x), f(x))
+    assert len(graphs) == 2 and len(runs) == 2
+
+
+class WithTopk(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.a, self.b = nn.Linear(6, 8), nn.Linear(3, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = torch.relu(self.a(x)) * 2
+        top = torch.topk(h, 3, dim=-1).values
+        return self.b(F.silu(top) + 1).softmax(-1)
+
+
+def test_unsupported_op_falls_back_and_the_rest_compiles(
+        runs: list[int], capfd: pytest.CaptureFixture[str]) -> None:
+    m = WithTopk().eval()
+    f = compiled(m)
+    with torch.no_grad():
+        for _ in range(2):
+            x = torch.randn(4, 6)
+            assert_same(f(x), m(x))
+    err = capfd.readouterr().err
+    assert err.count("aten.topk.default") == 1  # logged once
+    assert "it runs in PyTorch" in err
+    assert len(runs) == 4  # the regions before and after topk, on both calls
+
+
+def test_regions_of_a_dynamic_graph_get_its_dims(runs: list[int]) -> None:
+    """The region after topk only sees sizes s + 1: s comes from the whole graph's inputs."""
+    def f(x: torch.Tensor) -> torch.Tensor:
+        y = torch.cat([x, x[:1]]) * 2
+        top = torch.topk(y, 2, dim=-1).values
+        return (top.exp() + 1).sum(-1).softmax(0)
+
+    c = compiled(f, dynamic=True)
+    with torch.no_grad():
+        for s in (3, 5, 8):
+            x = torch.randn(s, 4)
+            assert_same(c(x), f(x))
+    assert len(runs) == 6
+
+
+def test_strict_names_the_op_and_its_shapes() -> None:
+    with torch.no_grad(), pytest.raises(Exception, match=r"aten\.topk\.default\(float32\[4, 8\]"):
+        compiled(WithTopk().eval(), options=STRICT)(torch.randn(4, 6))
+
+
+def test_gradients_run_eagerly_with_a_notice(capfd: pytest.CaptureFixture[str],
+                                             runs: list[int]) -> None:
+    m = nn.Linear(3, 2)
+    x = torch.randn(4, 3)
+    out = compiled(m)(x)
+    out.sum().backward()  # autograd works: it ran in PyTorch
+    assert m.weight.grad is not None and not runs
+    compiled(nn.Linear(3, 2))(x)
+    assert capfd.readouterr().err.count("needs gradients") == 1
+    torch._dynamo.reset()
+    with pytest.raises(Exception, match="needs gradients"):
+        compiled(m, options=STRICT)(x)
+
+
+def test_a_failure_at_run_time_falls_back(monkeypatch: pytest.MonkeyPatch,
+                                          capfd: pytest.CaptureFixture[str]) -> None:
+    def boom(self: Any, env: Any) -> None:
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(lumos.runtime.reference.ReferenceProgram, "_run", boom)
+    m = nn.Linear(3, 2).eval()
+    x = torch.randn(4, 3)
+    with torch.no_grad():
+        assert_same(compiled(m)(x), m(x))
+        assert "boom" in capfd.readouterr().err
+        torch._dynamo.reset()
+        with pytest.raises(RuntimeError, match="boom"):
+            compiled(m, options=STRICT)(x)
+
+
+# -- options, cache, registration -------------------------------------------------------------
+
+def test_options() -> None:
+    x = torch.randn(2, 3)
+    with torch.no_grad():
+        f = compiled(torch.sin, options={"cache": False, "limit": 5, "seed": 1,
+                                         "buckets": [(1, 64, 16)], "runtime": "reference"})
+        assert_same(f(x), torch.sin(x))
+        for bad, msg in (({"bogus": 1}, "unknown lumos option"), ({"runtime": "gpu"}, "runtime"),
+                         ({"limit": 0}, "limit"), ({"buckets": [(5, 2, 3)]}, "bucket")):
+            torch._dynamo.reset()
+            with pytest.raises(Exception, match=msg):
+                compiled(torch.cos, options=bad)(x)
+
+
+def test_cpu_runtime() -> None:
+    """runtime='cpu' runs the generated C kernels; until they exist it is a clear error."""
+    m = SmallCNN().eval()
+    x = torch.randn(2, 3, 9, 8)
+    try:
+        import lumos.runtime.cpu  # noqa: F401
+    except ImportError:
+        with torch.no_grad(), pytest.raises(Exception, match="runtime 'cpu' is not available"):
+            compiled(m, options={"runtime": "cpu"})(x)
+        return
+    with torch.no_grad():
+        assert_same(compiled(m, options={"runtime": "cpu", "strict": True})(x), m(x))
+
+
+def test_same_structure_hits_the_cache() -> None:
+    x = torch.randn(2, 5, 32)
+    mask = torch.ones(2, 5, dtype=torch.long)
+    with torch.no_grad():
+        a, b = BertLayer().eval(), BertLayer().eval()  # different weights, same graph
+        assert_same(compiled(a)(x, mask), a(x, mask))
+        torch._dynamo.reset()
+        assert_same(compiled(b)(x, mask), b(x, mask))
+    assert cache.stats == {"hits": 1, "misses": 1}
+
+
+def test_registered_by_name_without_importing_lumos() -> None:
+    code = ("import sys, torch\n"
+            "m = torch.nn.Linear(3, 2).eval()\n"
+            "x = torch.randn(4, 3)\n"
+            "with torch.no_grad():\n"
+            "    y = torch.compile(m, backend='lumos', options={'strict': True})(x)\n"
+            "assert torch.allclose(y, m(x), atol=1e-6)\n"
+            "print('lumos.torch' in sys.modules)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "True"
