@@ -139,7 +139,8 @@ def result_type(dimmed: list[DType], zero_dim: list[DType], scalars: list[DType]
 # -- bf16 bit patterns --------------------------------------------------------
 
 def bf16_to_f32(bits: np.ndarray) -> np.ndarray:
-    return (np.asarray(bits, dtype=np.uint16).astype(np.uint32) << 16).view(np.float32)
+    wide = np.asarray(bits, dtype=np.uint16).astype(np.uint32) << 16
+    return np.asarray(wide).view(np.float32)  # 0-d stays an array
 
 
 def f32_to_bf16(x: np.ndarray) -> np.ndarray:

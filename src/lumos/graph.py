@@ -27,7 +27,7 @@ class Graph:
         self.dims: dict[str, tuple[int, int | None]] = {}
         self.outputs: list[int] = []
         self.output_of: dict[tuple[int, View], int] = {}  # (node, view) -> Output node
-        self._dedup: dict[Node, int] = {}
+        self._dedup: dict[tuple[Node, str], int] = {}
         self._input_names: dict[str, int] = {}
 
     # -- building -----------------------------------------------------------
@@ -87,10 +87,11 @@ class Graph:
         node = Node(op, inputs, views, out_shape, out_dtype, name=name, value=value,
                     axis=axis, expr=expr, persist=persist)
         if op not in ("Input", "Output"):
-            hit = self._dedup.get(node)
+            key = (node, repr(value))  # 0.0 == -0.0, but they are different constants
+            hit = self._dedup.get(key)
             if hit is not None:
                 return hit
-            self._dedup[node] = len(self.nodes)
+            self._dedup[key] = len(self.nodes)
         self.nodes.append(node)
         if op == "Output":
             self.outputs.append(len(self.nodes) - 1)

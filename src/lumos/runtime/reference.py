@@ -1,17 +1,24 @@
 """The reference runtime: numpy executes the HLIR directly. It is the normative
 semantics of every primitive and dtype, and the oracle other runtimes are checked
-against. Half-precision values are computed in float32 and rounded on store."""
+against (`run_hlir`). Half-precision values are computed in float32 and rounded on store."""
 
 from __future__ import annotations
 
+import math
+import random
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
 from lumos.dtype import DType, bf16, f16, from_numpy_value, to_numpy_value
+from lumos.egraph import CORE, Budget, build_spaces, decode
+from lumos.egraph.buckets import Combo, bounds, combos, select
 from lumos.graph import Graph
 from lumos.hlir import Node
 from lumos.runtime.base import Program
+from lumos.search.genome import Genomes
+from lumos.search.options import CompileOptions
 from lumos.shape import View
 
 _UNARY = {"Exp2": np.exp2, "Log2": np.log2, "Sin": np.sin, "Sqrt": np.sqrt,
@@ -21,8 +28,8 @@ _UNARY = {"Exp2": np.exp2, "Log2": np.log2, "Sin": np.sin, "Sqrt": np.sqrt,
 def read(arr: np.ndarray, view: View, env: dict[str, int]) -> np.ndarray:
     """The logical array a consumer sees when it reads buffer `arr` through `view`."""
     shape = tuple(int(e.eval(env)) for e in view.shape)
-    if view.is_contiguous():
-        return arr.reshape(shape)
+    if view.is_contiguous():  # a row-major prefix of the buffer (all of it, or a narrow)
+        return arr.reshape(-1)[:math.prod(shape)].reshape(shape)
     nd = len(shape)
     zs = {f"z{i}": np.arange(n).reshape([n if j == i else 1 for j in range(nd)])
           for i, n in enumerate(shape)}
@@ -101,7 +108,7 @@ def evaluate(node: Node, args: list[np.ndarray], in_dtypes: list[DType], env: di
         dest[idx[ok].astype(np.int64)] = src[ok]
         return dest.reshape(shape)
     if op == "Output":
-        return np.ascontiguousarray(args[0])
+        return np.ascontiguousarray(args[0]).reshape(shape)  # (ascontiguousarray makes 0-d 1-d)
     raise NotImplementedError(op)
 
 
@@ -119,30 +126,49 @@ def _lowest(dt: DType) -> Any:
     return np.iinfo(dt.np).min
 
 
+def run_hlir(g: Graph, inputs: Mapping[str, np.ndarray], env: dict[str, int]) -> list[np.ndarray]:
+    """Execute the HLIR of `g` node by node (the oracle): the values of `g.outputs`, given
+    its inputs' data by name."""
+    needed = _live(g)
+    vals: dict[int, np.ndarray] = {}
+    with np.errstate(all="ignore"):
+        for i, node in enumerate(g.nodes):
+            if i not in needed:
+                continue
+            args = [read(vals[j], v, env) for j, v in zip(node.inputs, node.views, strict=True)]
+            in_dtypes = [g.nodes[j].dtype for j in node.inputs]
+            data = inputs.get(node.name) if node.op == "Input" else None  # type: ignore[arg-type]
+            vals[i] = evaluate(node, args, in_dtypes, env, data)
+    return [vals[o] for o in g.outputs]
+
+
 class ReferenceRuntime:
-    """numpy, no search: executes the HLIR node by node."""
+    """numpy, no search: compiles through the e-graph (one SearchSpace per dim bucket),
+    takes the original program of each (no timing) and executes it with `run_hlir`."""
 
     name = "reference"
+    rules = CORE  # a backend adds its rule files and stages: CORE + Rules.files(...)
 
-    def compile(self, graph: Graph, options: Any = None) -> ReferenceProgram:
-        return ReferenceProgram(graph)
+    def compile(self, graph: Graph, options: CompileOptions | None = None) -> ReferenceProgram:
+        opts = options or CompileOptions()
+        buckets = combos(graph.dims, opts.dim_buckets)
+        budget = Budget(opts.max_enodes, opts.max_iterations, opts.saturation_time_limit)
+        spaces = build_spaces(graph, [bounds(c) for c in buckets], self.rules, budget)
+        rng = random.Random(opts.seed)
+        programs = [decode(s, Genomes(s).baseline(rng), graph.dims) for s in spaces]
+        return ReferenceProgram(graph, buckets, programs)
 
 
 class ReferenceProgram(Program):
+    def __init__(self, graph: Graph, buckets: list[Combo], programs: list[Graph]) -> None:
+        super().__init__(graph)
+        self.buckets, self.programs = buckets, programs
+
     def _run(self, env: dict[str, int]) -> None:
-        g = self.graph
-        needed = _live(g)
-        vals: dict[int, np.ndarray] = {}
-        with np.errstate(all="ignore"):
-            for i, node in enumerate(g.nodes):
-                if i not in needed:
-                    continue
-                args = [read(vals[j], v, env) for j, v in zip(node.inputs, node.views,
-                                                                strict=True)]
-                in_dtypes = [g.nodes[j].dtype for j in node.inputs]
-                vals[i] = evaluate(node, args, in_dtypes, env, self._data.get(i))
-                if node.op == "Output":
-                    self._store(i, vals[i])
+        program = self.programs[select(self.buckets, env)]
+        data = {self.graph.nodes[i].name: a for i, a in self._data.items()}
+        for out, value in zip(self.graph.outputs, run_hlir(program, data, env), strict=True):
+            self._store(out, value)
 
 
 def _live(g: Graph) -> set[int]:

@@ -1,0 +1,76 @@
+"""Dimension buckets: one saturated e-graph (and one search) per combination of buckets
+of the dynamic dims; `execute` dispatches on the actual dims."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Mapping, Sequence
+from typing import NamedTuple
+
+from lumos.errors import BindError
+
+
+class DimBucket(NamedTuple):
+    """Values min..max (inclusive; max None: unbounded) of one dim; search times the
+    program at `representative`."""
+
+    min: int
+    max: int | None
+    representative: int
+
+
+Combo = dict[str, DimBucket]
+
+
+def _min(b: DimBucket) -> int:
+    return b.min
+
+
+def _fmt(b: DimBucket) -> str:
+    return f"[{b.min}, {'inf' if b.max is None else b.max}]"
+
+
+def combos(dims: Mapping[str, tuple[int, int | None]],
+           buckets: Mapping[str, Sequence[Sequence[int | None]]]) -> list[Combo]:
+    """Every combination of buckets, one per dim of `dims` (a dim without buckets has one:
+    its declared range), clipped to the declared ranges. Rejects unknown dims, buckets
+    outside the range and overlapping buckets."""
+    per_dim = []
+    for name in sorted(dims):
+        lo, hi = dims[name]
+        given = sorted((DimBucket(*b) for b in buckets.get(name, [(lo, hi, lo)])), key=_min)
+        for a, c in itertools.pairwise(given):
+            if a.max is None or a.max >= c.min:
+                raise ValueError(f"dim {name!r}: buckets {_fmt(a)} and {_fmt(c)} overlap")
+        clipped = []
+        for bk in given:
+            top = bk.max if hi is None else hi if bk.max is None else min(bk.max, hi)
+            if top is not None and max(bk.min, lo) > top:
+                raise ValueError(f"dim {name!r}: bucket {_fmt(bk)} is outside its declared "
+                                 f"range {_fmt(DimBucket(lo, hi, lo))}")
+            clipped.append((name, DimBucket(max(bk.min, lo), top, bk.representative)))
+        per_dim.append(clipped)
+    unknown = set(buckets) - set(dims)
+    if unknown:
+        raise ValueError(f"dim_buckets name unknown dims {sorted(unknown)}; the graph has "
+                         f"{sorted(dims)}")
+    return [dict(c) for c in itertools.product(*per_dim)]
+
+
+def bounds(combo: Combo) -> dict[str, tuple[int, int | None]]:
+    return {name: (bk.min, bk.max) for name, bk in combo.items()}
+
+
+def _holds(b: DimBucket, v: int) -> bool:
+    return b.min <= v and (b.max is None or v <= b.max)
+
+
+def select(all_combos: Sequence[Combo], env: Mapping[str, int]) -> int:
+    """Index of the combination holding the actual dims; BindError naming the dim if none."""
+    for name in all_combos[0]:
+        mine = sorted({c[name] for c in all_combos}, key=_min)
+        if not any(_holds(b, env[name]) for b in mine):
+            raise BindError(f"execute: dimension {name!r}={env[name]} is in none of its "
+                            f"buckets {', '.join(map(_fmt, mine))}")
+    return next(i for i, c in enumerate(all_combos)
+                if all(_holds(b, env[n]) for n, b in c.items()))

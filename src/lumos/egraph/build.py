@@ -1,0 +1,67 @@
+"""Graph -> one SearchSpace per dim-bucket combination: load the rules, insert the graph,
+run the schedule under the interval facts of each combination, read back."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping, Sequence
+
+from egglog import bindings as b
+
+from lumos.egraph import worker
+from lumos.egraph.encode import SPAN, bound_facts, fingerprints, insert_commands
+from lumos.egraph.readback import read_space
+from lumos.egraph.schedule import CORE, Budget, Rules, Runner, load
+from lumos.egraph.space import SearchSpace
+from lumos.graph import Graph
+from lumos.log import warn
+
+Bounds = Mapping[str, tuple[int, int | None]]
+NO_LIMITS = Budget()
+
+
+def build_spaces(graph: Graph, all_bounds: Sequence[Bounds] = ({},), rules: Rules = CORE,
+                 budget: Budget = NO_LIMITS) -> list[SearchSpace]:
+    """One SearchSpace per entry of `all_bounds` (dim -> (min, max), overriding the
+    declared ranges). With `budget.time_limit` the work runs in a child process that is
+    killed at the limit; then (with a warning) the spaces are the graph as given."""
+    if budget.time_limit is None:
+        return saturate(graph, all_bounds, rules, budget)
+    try:
+        return worker.call(saturate, (graph, all_bounds, rules, budget), budget.time_limit)
+    except worker.Lost as e:
+        warn(f"e-graph saturation {e}; the search space is the graph without rewrites")
+        return saturate(graph, all_bounds, Rules(rules.texts, ()), budget)
+
+
+def saturate(graph: Graph, all_bounds: Sequence[Bounds], rules: Rules,
+             budget: Budget) -> list[SearchSpace]:
+    """The in-process build, on an e-graph that has `rules` loaded (kept per thread and
+    restored with push/pop; push/pop again around each bucket combination)."""
+    egraphs = _loaded.__dict__.setdefault("egraphs", {})
+    if rules not in egraphs:
+        eg = b.EGraph()
+        egraphs[rules] = eg, load(eg, rules)
+    eg, ctors = egraphs[rules]
+    nested = len(all_bounds) > 1
+    try:
+        eg.run_program(b.Push(1))
+        eg.run_program(*insert_commands(graph))
+        fps = fingerprints(graph)
+        spaces = []
+        for bounds in all_bounds:
+            if nested:
+                eg.run_program(b.Push(1))
+            eg.run_program(*bound_facts({**graph.dims, **bounds}))
+            Runner(eg, ctors, budget).schedule(rules.stages)
+            spaces.append(read_space(eg, ctors, fps))
+            if nested:
+                eg.run_program(b.Pop(SPAN, 1))
+        eg.run_program(b.Pop(SPAN, 1))
+    except BaseException:
+        del egraphs[rules]  # in an unknown state: the next build starts afresh
+        raise
+    return spaces
+
+
+_loaded = threading.local()  # egglog 13 e-graphs are bound to the thread that made them

@@ -1,0 +1,148 @@
+"""The schedule: which rulesets run to saturation, which a bounded number of times, and
+the budgets that stop them.
+
+A `Stage` runs `rounds` times: each `bounded` ruleset once, then the `saturate`
+rulesets to a fixpoint. The core stages saturate `expr` and `dtype`, then give
+`algebra` a few rounds; a runtime appends its own `Rules` (rule files + stages, e.g.
+its `lower_<backend>` rounds) after them (see ReferenceRuntime.rules). Budgets are
+checked between runs (one iteration of a bounded ruleset, or a saturating ruleset run to
+its fixpoint): the e-node count (`max_enodes`) and the rounds of bounded stages
+(`max_iterations`). Hitting one is a warning and a smaller space; a wall-clock limit is
+enforced by running the whole build in a child process (lumos.egraph.worker) that is
+killed at the limit.
+
+LUMOS_LOG=egglog prints, per ruleset, its runs, matches and time.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+
+from egglog import bindings as b
+
+from lumos.egraph.encode import SPAN
+from lumos.log import enabled, log, warn
+
+RULES_DIR = Path(__file__).parent / "rules"
+SATURATION_CAP = 1000  # iterations of a saturating ruleset; more: it never saturates
+
+
+@dataclass(frozen=True)
+class Stage:
+    """`rounds` times: run each `bounded` ruleset once, then `saturate` to a fixpoint.
+    Rounds stop early once a round changes nothing."""
+
+    saturate: tuple[str, ...] = ()
+    bounded: tuple[str, ...] = ()
+    rounds: int = 1
+
+
+@dataclass(frozen=True)
+class Rules:
+    """egglog program texts (sorts, functions, rulesets, facts) and the stages running them."""
+
+    texts: tuple[str, ...]
+    stages: tuple[Stage, ...]
+
+    @staticmethod
+    def files(*paths: Path | str, stages: tuple[Stage, ...] = ()) -> Rules:
+        return Rules(tuple(Path(p).read_text() for p in paths), stages)
+
+    def __add__(self, other: Rules) -> Rules:
+        return Rules(self.texts + other.texts, self.stages + other.stages)
+
+
+@dataclass(frozen=True)
+class Budget:
+    max_enodes: int = 1_000_000
+    max_iterations: int = 16         # rounds of a bounded stage
+    time_limit: float | None = None  # seconds for the whole build, enforced in a child process
+
+
+CORE = Rules.files(*(RULES_DIR / f"{n}.egg" for n in ("terms", "expr", "dtype", "algebra")),
+                   stages=(Stage(saturate=("expr", "dtype")),
+                           Stage(bounded=("algebra",), saturate=("expr", "dtype"), rounds=4)))
+
+
+def load(eg: b.EGraph, rules: Rules) -> set[str]:
+    """Run the rule texts; returns the names of the constructors they declare."""
+    ctors: set[str] = set()
+    for i, text in enumerate(rules.texts):
+        cmds = eg.parse_program(text, filename=f"rules{i}")
+        for c in cmds:
+            if isinstance(c, b.Constructor):
+                ctors.add(c.name)
+            elif isinstance(c, b.Datatype):
+                ctors.update(v.name for v in c.variants)
+            elif isinstance(c, b.Datatypes):
+                ctors.update(v.name for _, _, sub in c.datatypes
+                             if isinstance(sub, b.SubVariants) for v in sub.variants)
+        eg.run_program(*cmds)
+    return ctors
+
+
+class BudgetExceeded(Exception):
+    pass
+
+
+class Runner:
+    """Runs stages on one e-graph, checking the budget between runs."""
+
+    def __init__(self, eg: b.EGraph, ctors: set[str], budget: Budget) -> None:
+        self.eg, self.ctors, self.budget = eg, ctors, budget
+        self.stats: dict[str, list[float]] = defaultdict(lambda: [0, 0, 0.0])  # its, matches, s
+
+    def enodes(self) -> int:
+        (out,) = self.eg.run_program(b.PrintSize(SPAN, None))
+        return sum(n for f, n in out.sizes if f in self.ctors)
+
+    def run(self, ruleset: str, times: int = 1) -> bool:
+        """Run `ruleset` up to `times` iterations (egglog stops early once one changes
+        nothing); True if it changed the e-graph. Then check the e-node budget."""
+        sched = b.Run(SPAN, b.RunConfig(ruleset))
+        t = time.perf_counter()
+        (out,) = self.eg.run_program(b.RunSchedule(b.Repeat(SPAN, times, sched)))
+        its = out.report.iterations
+        s = self.stats[ruleset]
+        s[0] += len(its)
+        s[1] += sum(out.report.num_matches_per_rule.values())
+        s[2] += time.perf_counter() - t
+        n = self.enodes()
+        if n > self.budget.max_enodes:
+            raise BudgetExceeded(f"{n} e-nodes after ruleset {ruleset!r} "
+                                 f"(max_enodes={self.budget.max_enodes})")
+        if len(its) == times > 1 and its[-1].rule_set_report.changed:
+            raise BudgetExceeded(f"ruleset {ruleset!r} did not saturate in {times} iterations")
+        return out.report.updated
+
+    def saturate(self, rulesets: tuple[str, ...]) -> bool:
+        """Each ruleset to its own fixpoint, in turn, until none changes anything."""
+        changed = False
+        for _ in range(SATURATION_CAP):
+            step = [self.run(rs, SATURATION_CAP) for rs in rulesets]  # all run each time
+            if not any(step):
+                return changed
+            changed = True
+        raise BudgetExceeded(f"rulesets {rulesets} did not saturate together")
+
+    def stage(self, st: Stage) -> None:
+        rounds = st.rounds if not st.bounded else min(st.rounds, self.budget.max_iterations)
+        for _ in range(rounds):
+            changed = any([self.run(rs) for rs in st.bounded])
+            if not self.saturate(st.saturate) and not changed:
+                return
+
+    def schedule(self, stages: tuple[Stage, ...]) -> None:
+        """All stages; a budget hit is a warning and stops saturation there."""
+        try:
+            for st in stages:
+                self.stage(st)
+        except BudgetExceeded as e:
+            warn(f"e-graph budget hit: {e}; saturation stopped, the search space is smaller")
+        if enabled("egglog"):
+            for rs, (its, matches, secs) in self.stats.items():
+                log("egglog", f"{rs:>12}: {its:4d} iterations {matches:9d} matches {secs:8.3f}s")
+            log("egglog", f"{self.enodes()} e-nodes")

@@ -1,0 +1,63 @@
+"""Dimension buckets: one e-graph per bucket combination, dispatch at execute."""
+
+import numpy as np
+import pytest
+import torch
+
+import lumos
+from lumos.egraph import DimBucket
+from lumos.egraph.buckets import combos, select
+from lumos.search.options import CompileOptions
+from tests.helpers import assert_close
+
+
+def test_combos_and_select():
+    dims = {"s": (1, 8192), "b": (1, None)}
+    cs = combos(dims, {"s": [(2, 512, 64), DimBucket(1, 1, 1)]})
+    assert cs == [{"b": DimBucket(1, None, 1), "s": DimBucket(1, 1, 1)},
+                  {"b": DimBucket(1, None, 1), "s": DimBucket(2, 512, 64)}]
+    assert select(cs, {"s": 1, "b": 7}) == 0 and select(cs, {"s": 300, "b": 1}) == 1
+    with pytest.raises(lumos.BindError, match=r"'s'=600 is in none of its buckets \[1, 1\], "
+                                              r"\[2, 512\]"):
+        select(cs, {"s": 600, "b": 1})
+    # clipped to the declared range
+    assert combos({"s": (4, 100)}, {"s": [(1, None, 8)]}) == [{"s": DimBucket(4, 100, 8)}]
+
+
+@pytest.mark.parametrize("buckets, msg", [
+    ({"s": [(1, 8, 1), (8, 16, 8)]}, r"buckets \[1, 8\] and \[8, 16\] overlap"),
+    ({"s": [(1, None, 1), (8, 16, 8)]}, r"buckets \[1, inf\] and \[8, 16\] overlap"),
+    ({"s": [(600, 700, 600)]}, r"bucket \[600, 700\] is outside its declared range"),
+    ({"t": [(1, 2, 1)]}, r"unknown dims \['t'\]"),
+])
+def test_bad_buckets(buckets, msg):
+    with pytest.raises(ValueError, match=msg):
+        combos({"s": (1, 512)}, buckets)
+
+
+def test_dispatch_runs_the_bucket_program():
+    g = lumos.Graph()
+    g.dim("s", 1, 8192)
+    x = g.tensor(("s", 4), name="x")
+    w = g.tensor((4, 4), name="w")
+    y = ((x @ w).softmax(-1) * 2.0 + x.sum(0, keepdim=True)).output()
+    opts = CompileOptions(dim_buckets={"s": [(1, 1, 1), (2, 512, 64)]})
+    prog = g.compile(lumos.ReferenceRuntime(), opts)
+    one, many = prog.programs
+    # the s=1 program is specialized: its input has the shape (1, 4)
+    (xin,) = [n for n in one.nodes if n.name == "x"]
+    assert [int(e) for e in xin.shape] == [1, 4]
+    (xin,) = [n for n in many.nodes if n.name == "x"]
+    assert not xin.shape[0].is_num
+    rng = np.random.default_rng(0)
+    wd = rng.standard_normal((4, 4)).astype(np.float32)
+    prog.set_data(w, wd)
+    for s in (1, 7, 512):
+        xd = rng.standard_normal((s, 4)).astype(np.float32)
+        prog.set_data(x, xd)
+        prog.execute()
+        xt, wt = torch.from_numpy(xd), torch.from_numpy(wd)
+        assert_close(prog.get(y), (xt @ wt).softmax(-1) * 2.0 + xt.sum(0, keepdim=True))
+    prog.set_data(x, np.zeros((513, 4), np.float32))
+    with pytest.raises(lumos.BindError, match=r"'s'=513 is in none of its buckets"):
+        prog.execute()

@@ -1,0 +1,97 @@
+"""Budgets, the hard time limit and the egglog log."""
+
+import time
+
+import numpy as np
+import pytest
+
+import lumos
+from lumos.egraph import CORE, Budget, Rules, Stage, build_spaces, decode
+from lumos.frontend.tensor import iota
+from lumos.runtime.reference import run_hlir
+from lumos.shape import sym
+
+# associativity + commutativity: the e-graph of a sum of n terms grows like 3**n
+EXPLODE = """
+(ruleset explode)
+(rewrite (Add a b) (Add b a) :ruleset explode)
+(rewrite (Add (Add a b) c) (Add a (Add b c)) :ruleset explode)
+"""
+
+
+def long_sum(n: int) -> lumos.Graph:
+    g = lumos.Graph()
+    e = sym(0)
+    for i in range(n):
+        e = e + g.dim(f"d{i}", 1, 4)
+    iota(g, e, (2,), lumos.i64).output()
+    return g
+
+
+def check_runs(g: lumos.Graph, space) -> None:
+    h = decode(space, [0] * len(space.classes), g.dims)
+    dims = {d: 2 for d in g.dims}
+    (got,) = run_hlir(h, {}, dims)
+    np.testing.assert_array_equal(got, run_hlir(g, {}, dims)[0])
+
+
+def test_node_budget_stops_an_explosive_ruleset(capsys):
+    g = long_sum(10)
+    rules = CORE + Rules((EXPLODE,), (Stage(bounded=("explode",), rounds=50),))
+    (space,) = build_spaces(g, rules=rules, budget=Budget(max_enodes=5000, max_iterations=50))
+    err = capsys.readouterr().err
+    assert "warning: e-graph budget hit" in err and "max_enodes=5000" in err
+    check_runs(g, space)
+
+
+def test_iteration_budget_bounds_rounds(monkeypatch, capsys):
+    g = long_sum(6)
+    rules = CORE + Rules((EXPLODE,), (Stage(bounded=("explode",), rounds=50),))
+    monkeypatch.setenv("LUMOS_LOG", "egglog")
+    build_spaces(g, rules=rules, budget=Budget(max_iterations=2))
+    err = capsys.readouterr().err
+    line = next(ln for ln in err.splitlines() if "explode:" in ln)
+    assert line.split()[2] == "2"  # "[lumos:egglog] explode: 2 iterations ..."
+
+
+def test_time_limit_kills_a_runaway_child(capsys):
+    g = long_sum(16)
+    rules = CORE + Rules((EXPLODE,), (Stage(saturate=("explode",)),))
+    build_spaces(long_sum(2), budget=Budget(time_limit=30))  # start the worker
+    t = time.perf_counter()
+    (space,) = build_spaces(g, rules=rules, budget=Budget(max_enodes=10**9, time_limit=1.5))
+    assert time.perf_counter() - t < 10
+    err = capsys.readouterr().err
+    assert "ran past its time limit of 1.5 s and was killed" in err
+    assert all(len(c) == 1 for c in space.classes)  # the graph without rewrites
+    check_runs(g, space)
+    # the next limited build starts a fresh worker
+    (again,) = build_spaces(long_sum(3), budget=Budget(time_limit=30))
+    assert again.num_enodes > 0
+
+
+def test_worker_returns_what_in_process_does():
+    g = long_sum(3)
+    assert build_spaces(g, budget=Budget(time_limit=30)) == build_spaces(g)
+
+
+def test_log_prints_per_ruleset_matches(monkeypatch, capsys):
+    monkeypatch.setenv("LUMOS_LOG", "egglog")
+    g = lumos.Graph()
+    x = g.tensor((4,), name="x")
+    (x * 2.0).output()
+    for budget in (Budget(), Budget(time_limit=30)):  # in process and in the worker
+        build_spaces(g, budget=budget)
+        err = capsys.readouterr().err
+        for rs in ("expr", "dtype", "algebra"):
+            assert f"[lumos:egglog] {rs:>12}:" in err
+        assert "matches" in err and "e-nodes" in err
+
+
+def test_rule_errors_surface_in_process_and_from_the_worker():
+    bad = CORE + Rules(("(rule ((= a (Nope b))) ())",), ())
+    g = long_sum(2)
+    for budget in (Budget(), Budget(time_limit=30)):
+        with pytest.raises(Exception, match="Unbound function Nope"):
+            build_spaces(g, rules=bad, budget=budget)
+        check_runs(g, build_spaces(g, budget=budget)[0])  # and the next build works
