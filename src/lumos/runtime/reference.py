@@ -36,15 +36,17 @@ def read(arr: np.ndarray, view: View, env: dict[str, int]) -> np.ndarray:
     if 0 in shape:
         return np.zeros(shape, arr.dtype)
     scope = env | zs
-    idx = np.broadcast_to(np.asarray(view.index.eval(scope), dtype=np.int64), shape)
+    # gather at the index as evaluated (extent 1 on the axes it does not depend on), then
+    # broadcast: a broadcast read costs the size of its source, not of its shape
+    idx = np.asarray(view.index.eval(scope), dtype=np.int64)
     flat = arr.reshape(-1)
     if view.valid.is_num and view.valid.value == 1:
-        return flat[idx]
-    valid = np.broadcast_to(np.asarray(view.valid.eval(scope)) != 0, shape)
+        return np.broadcast_to(flat[idx], shape)
+    valid = np.asarray(view.valid.eval(scope)) != 0
     if flat.size == 0:
         return np.zeros(shape, arr.dtype)
     vals = flat[np.clip(idx, 0, flat.size - 1)]
-    return np.where(valid, vals, np.zeros((), arr.dtype))
+    return np.broadcast_to(np.where(valid, vals, np.zeros((), arr.dtype)), shape)
 
 
 def _compute_dtype(d: DType) -> Any:

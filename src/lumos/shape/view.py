@@ -56,7 +56,7 @@ class View:
         idx = ZERO
         for i, st in enumerate(row_major_strides(shape)):
             idx = idx + z(i) * st
-        return View(shape, ZERO)._new(shape, idx, ONE)  # size-1 axes drop out of the index
+        return View(shape, simplify(idx, View(shape, idx).bounds()))  # size-1 axes drop out
 
     @property
     def ndim(self) -> int:
