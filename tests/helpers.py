@@ -25,7 +25,7 @@ RUNTIMES: list[Callable[[], object]] = [lumos.ReferenceRuntime]
 def to_torch(arr: np.ndarray, dtype: DType) -> torch.Tensor:
     if dtype is lumos.bf16:
         return torch.from_numpy(bf16_to_f32(arr).copy()).to(torch.bfloat16)
-    return torch.from_numpy(np.ascontiguousarray(arr).copy())
+    return torch.from_numpy(np.array(arr, copy=True))
 
 
 def from_torch(t: torch.Tensor) -> np.ndarray:

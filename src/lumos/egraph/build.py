@@ -14,7 +14,7 @@ from lumos.egraph.readback import read_space
 from lumos.egraph.schedule import CORE, Budget, Rules, Runner, load
 from lumos.egraph.space import SearchSpace
 from lumos.graph import Graph
-from lumos.log import warn
+from lumos.logs import warn
 
 Bounds = Mapping[str, tuple[int, int | None]]
 NO_LIMITS = Budget()

@@ -24,7 +24,7 @@ from pathlib import Path
 from egglog import bindings as b
 
 from lumos.egraph.encode import SPAN
-from lumos.log import enabled, log, warn
+from lumos.logs import enabled, log, warn
 
 RULES_DIR = Path(__file__).parent / "rules"
 SATURATION_CAP = 1000  # iterations of a saturating ruleset; more: it never saturates

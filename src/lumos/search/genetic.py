@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from tqdm import tqdm
 
 from lumos.egraph.space import SearchSpace
-from lumos.log import log
+from lumos.logs import log
 from lumos.search.genome import Genome, Genomes, SearchError, genome_key
 from lumos.search.options import CompileOptions
 

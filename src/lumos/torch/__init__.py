@@ -31,7 +31,7 @@ import torch
 from torch import fx
 
 from lumos.errors import LumosError
-from lumos.log import warn
+from lumos.logs import warn
 from lumos.search.options import CompileOptions
 from lumos.torch import cache, partition
 from lumos.torch.compiled import CompiledGraph, Scope, read_dims

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 from torch import fx
 
-from lumos.log import warn
+from lumos.logs import warn
 from lumos.runtime import Program
 from lumos.shape import Expr
 from lumos.torch.translate import ArgOut, TensorOut, Translation

@@ -19,7 +19,7 @@ from torch.fx.node import _get_qualified_name
 from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 from torch.fx.passes.operator_support import OperatorSupportBase
 
-from lumos.log import warn
+from lumos.logs import warn
 
 aten = torch.ops.aten
 _NON_COMPUTE = [_get_qualified_name(t) for t in (
