@@ -132,6 +132,7 @@ def run_hlir(g: Graph, inputs: Mapping[str, np.ndarray], env: dict[str, int]) ->
     """Execute the HLIR of `g` node by node (the oracle): the values of `g.outputs`, given
     its inputs' data by name."""
     needed = _live(g)
+    last_use = {j: i for i in sorted(needed) for j in g.nodes[i].inputs}
     vals: dict[int, np.ndarray] = {}
     with np.errstate(all="ignore"):
         for i, node in enumerate(g.nodes):
@@ -141,6 +142,10 @@ def run_hlir(g: Graph, inputs: Mapping[str, np.ndarray], env: dict[str, int]) ->
             in_dtypes = [g.nodes[j].dtype for j in node.inputs]
             data = inputs.get(node.name) if node.op == "Input" else None  # type: ignore[arg-type]
             vals[i] = evaluate(node, args, in_dtypes, env, data)
+            del args
+            for j in set(node.inputs):  # free what no later node reads
+                if last_use[j] == i and j not in g.outputs:
+                    del vals[j]
     return [vals[o] for o in g.outputs]
 
 

@@ -1,0 +1,473 @@
+"""C source for an HLIR graph: one kernel per node, and one driver that runs them all.
+
+A kernel loops over its node's output in row-major order (the outer axes and blocks
+of the innermost axis in parallel under OpenMP) and computes each element from its
+inputs read through their views: the view's index expression and validity predicate
+are inlined as C. An index that is linear in the innermost loop variable has its base
+hoisted out of that loop, so a contiguous or strided read is a plain load the compiler
+can vectorize. Dims are renamed `D_<name>` in C (no clash with C names or ours).
+
+The semantics are the ReferenceRuntime's: bf16 is stored as its bit pattern and, like
+f16, computed in float and rounded to nearest even on store; integer arithmetic wraps
+(`-fwrapv`); `x % 0` is 0; casts are C casts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from lumos.dtype import DType, bf16, f16, from_numpy_value
+from lumos.graph import Graph
+from lumos.hlir import UNARY, Node
+from lumos.shape import Expr, Var, View, simplify, z
+from lumos.shape.expr import ONE, ZERO
+from lumos.shape.view import numel
+
+BLOCK = 2048  # innermost-axis elements per parallel task
+PARALLEL_MIN = 1 << 15  # below this many elements of work a kernel runs on one thread
+
+PRELUDE = r"""#include <math.h>
+#include <omp.h>
+#include <stdint.h>
+#include <string.h>
+
+/* glibc's vector math (libmvec, within a few ulp): lets loops calling these vectorize */
+#if defined(__x86_64__) && defined(__GLIBC__) && (__GLIBC__ > 2 || __GLIBC_MINOR__ >= 35)
+#pragma omp declare simd notinbranch
+float exp2f(float);
+#pragma omp declare simd notinbranch
+float log2f(float);
+#pragma omp declare simd notinbranch
+float sinf(float);
+#pragma omp declare simd notinbranch
+double exp2(double);
+#pragma omp declare simd notinbranch
+double log2(double);
+#pragma omp declare simd notinbranch
+double sin(double);
+#endif
+
+static int lumos_nt = 0;
+void lumos_set_threads(int n) { lumos_nt = n; }
+static inline int lumos_threads(void) { return lumos_nt > 0 ? lumos_nt : omp_get_max_threads(); }
+
+static inline int64_t lumos_fdiv(int64_t a, int64_t b) {
+  int64_t q = a / b;
+  return q - ((a % b != 0) & ((a < 0) != (b < 0)));
+}
+static inline int64_t lumos_fmod(int64_t a, int64_t b) {
+  int64_t r = a % b;
+  return r + ((r != 0) & ((r < 0) != (b < 0))) * b;
+}
+static inline int64_t lumos_min(int64_t a, int64_t b) { return a < b ? a : b; }
+static inline int64_t lumos_max(int64_t a, int64_t b) { return a > b ? a : b; }
+#define LUMOS_FDIV(a, b) lumos_fdiv((a), (b))
+#define LUMOS_FMOD(a, b) lumos_fmod((a), (b))
+#define LUMOS_MIN(a, b) lumos_min((a), (b))
+#define LUMOS_MAX(a, b) lumos_max((a), (b))
+
+static inline float lumos_bf16_f32(uint16_t b) {
+  uint32_t u = (uint32_t)b << 16;
+  float f;
+  memcpy(&f, &u, 4);
+  return f;
+}
+static inline uint16_t lumos_f32_bf16(float f) {
+  uint32_t u;
+  memcpy(&u, &f, 4);
+  if (f != f) return 0x7FC0;
+  return (uint16_t)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+}
+"""
+
+_STORAGE = {"f32": "float", "f64": "double", "f16": "_Float16", "bf16": "uint16_t",
+            "i8": "int8_t", "u8": "uint8_t", "i16": "int16_t", "i32": "int32_t",
+            "i64": "int64_t", "bool": "uint8_t"}
+_MATH = {"Exp2": "exp2", "Log2": "log2", "Sin": "sin", "Sqrt": "sqrt"}
+
+
+def storage(dt: DType) -> str:
+    return _STORAGE[dt.name]
+
+
+def value_type(dt: DType) -> str:
+    """The C type values of `dt` are computed in (half types in float)."""
+    return "float" if dt is f16 or dt is bf16 else storage(dt)
+
+
+def load(dt: DType, raw: str) -> str:
+    if dt is bf16:
+        return f"lumos_bf16_f32({raw})"
+    return f"(float)({raw})" if dt is f16 else raw
+
+
+def store(dt: DType, value: str) -> str:
+    if dt is bf16:
+        return f"lumos_f32_bf16((float)({value}))"
+    if dt.is_bool:
+        return f"(uint8_t)(({value}) != 0)"
+    return f"({storage(dt)})({value})"
+
+
+def c_number(v: float | int, ctype: str) -> str:
+    """An exact C literal of `v` as `ctype`."""
+    if ctype in ("float", "double", "_Float16"):
+        v = float(v)
+        if v != v:
+            return f"({ctype})NAN"
+        if v in (float("inf"), float("-inf")):
+            return f"({ctype})({'-' if v < 0 else ''}INFINITY)"
+        return f"({ctype}){v.hex()}"
+    v = int(v)
+    return f"({ctype})({v + 1}LL - 1)" if v < -(2**62) else f"({ctype}){v}LL"
+
+
+def constant_literal(n: Node) -> str:
+    """A Constant's element as stored (rounded like the reference: via float for halves)."""
+    dt = n.dtype
+    compute = np.float32 if dt is f16 or dt is bf16 else dt.np
+    with np.errstate(over="ignore"):  # e.g. 7e4 in f16 is inf, as in the reference
+        bits = from_numpy_value(np.full((), n.value, dtype=compute), dt).item()
+    return c_number(bits, "uint16_t" if dt is bf16 else storage(dt))
+
+
+def _lowest(dt: DType, ctype: str) -> str:
+    if dt.is_float:
+        return "-INFINITY"
+    if dt.is_bool or not dt.signed:
+        return "0"
+    return c_number(-(1 << (dt.bits - 1)), ctype)
+
+
+@dataclass(frozen=True)
+class Temp:
+    """An intermediate buffer in the arena: its size and the kernels it lives through."""
+    nbytes: Expr
+    first: int
+    last: int
+
+
+@dataclass(frozen=True)
+class Buffer:
+    """A graph input or output the caller passes by pointer."""
+    node: int
+    shape: tuple[Expr, ...]
+    dtype: DType
+
+
+@dataclass(frozen=True)
+class Layout:
+    """What the driver `lumos_run(arena, offsets, inputs, outputs, dims)` expects:
+    `dims` values in this order, a pointer per Input node in `inputs` and per Output
+    node in `outputs`, and an arena offset per `temps` entry."""
+    dims: tuple[str, ...]
+    inputs: tuple[Buffer, ...]
+    outputs: tuple[Buffer, ...]
+    temps: tuple[Temp, ...]
+
+
+class _Scope:
+    """One loop level with variable `var`: expressions linear in it get their base
+    hoisted into `decls` (emitted just before the loop); others are inlined."""
+
+    def __init__(self, var: str | None, bounds: dict, names: Callable[[], str]) -> None:
+        self.var, self.bounds, self.names = var, bounds, names
+        self.decls: list[str] = []
+        self._hoisted: dict[Expr, str] = {}
+
+    def _hoist(self, e: Expr, ctype: str) -> str:
+        if e.is_num:
+            return e.to_c()
+        name = self._hoisted.get(e)
+        if name is None:
+            name = self._hoisted[e] = self.names()
+            self.decls.append(f"const {ctype} {name} = {e.to_c(self.bounds)};")
+        return name
+
+    def index(self, e: Expr) -> str:
+        v = self.var
+        if v is None:
+            return e.to_c(self.bounds)
+        if v not in e.vars():
+            return self._hoist(e, "int64_t")
+        base = e.subs({v: 0})
+        step = e.subs({v: 1}) - base
+        if any(n.startswith("z") for n in step.vars()) or base + Var(v) * step is not e:
+            return e.to_c(self.bounds)
+        b = self._hoist(base, "int64_t")
+        return f"({b} + {v})" if step is ONE else f"({b} + {step.to_c(self.bounds)}*{v})"
+
+    def pred(self, e: Expr) -> str:
+        if self.var is None or self.var in e.vars():
+            return e.to_c(self.bounds)
+        return self._hoist(e, "int")
+
+
+class _Codegen:
+    def __init__(self, graph: Graph) -> None:
+        self.g = graph
+        self.rename = {d: Var(f"D_{d}") for d in graph.dims}
+        self.dim_bounds = {f"D_{d}": (lo, hi) for d, (lo, hi) in graph.dims.items()}
+        self.slots: dict[int, str] = {}  # node -> C pointer expression in the driver
+        self.args: dict[int, str] = {}  # per kernel: producer node -> parameter name
+        self._count = 0
+
+    def _name(self) -> str:
+        self._count += 1
+        return f"h{self._count}"
+
+    def ren(self, e: Expr) -> Expr:
+        return e.subs(self.rename)
+
+    def bounds(self, shape: tuple[Expr, ...]) -> dict:
+        return self.dim_bounds | {f"z{k}": (0, self.ren(s) - 1) for k, s in enumerate(shape)}
+
+    def prep(self, e: Expr, shape: tuple[Expr, ...]) -> Expr:
+        """`e` in C names, with the variables of size-1 axes of `shape` set to 0."""
+        return self.ren(e).subs({f"z{k}": 0 for k, s in enumerate(shape) if s is ONE})
+
+    # -- reading -----------------------------------------------------------------
+    def arg(self, j: int) -> str:
+        return self.args.setdefault(j, f"b{j}")
+
+    def read(self, j: int, index: Expr, valid: Expr, sc: _Scope) -> str:
+        """Producer `j`'s element at `index` as stored (0 where `valid` is 0)."""
+        n = self.g.nodes[j]
+        zero = f"({storage(n.dtype)})0"
+        if valid is ZERO:
+            return zero
+        raw = constant_literal(n) if n.op == "Constant" else f"{self.arg(j)}[{sc.index(index)}]"
+        return raw if valid is ONE else f"({sc.pred(valid)} ? {raw} : {zero})"
+
+    def read_view(self, j: int, view: View, shape: tuple[Expr, ...], sc: _Scope) -> str:
+        return self.read(j, self.prep(view.index, shape), self.prep(view.valid, shape), sc)
+
+    def read_flat(self, j: int, view: View, p: str) -> tuple[str, str]:
+        """(C declarations, element) of `view` of producer `j` at flat logical position
+        `p` (an int64 C expression), 0 when out of range: Gather's data read."""
+        n = self.ren(numel(view.shape))
+        index, valid = view.at_flat(Var("zp"))
+        sc = _Scope(None, self.dim_bounds | {"zp": (0, n - 1)}, self._name)
+        index, valid = (simplify(self.ren(e), sc.bounds) for e in (index, valid))
+        value = self.read(j, index, valid, sc)
+        zero = f"({storage(self.g.nodes[j].dtype)})0"
+        return f"const int64_t zp = {p};", f"((zp >= 0 && zp < {n.to_c()}) ? {value} : {zero})"
+
+    # -- loops -------------------------------------------------------------------
+    def nest(self, shape: tuple[Expr, ...], body: Callable[[_Scope], list[str]],
+             work: Expr | None) -> list[str]:
+        """Loops over `shape` row-major; the innermost axis in blocks. Parallel over the
+        outer axes and blocks when `work` (elements of work) is large; sequential if None."""
+        bounds = self.bounds(shape)
+        active = [k for k, s in enumerate(shape) if s is not ONE]
+        if not active:
+            sc = _Scope(None, bounds, self._name)
+            inner = body(sc)
+            return ["{", *sc.decls, *inner, "}"]
+        last = active[-1]
+        size = {k: self.ren(shape[k]).to_c(bounds) for k in active}
+        zl = f"z{last}"
+        sc = _Scope(zl, bounds, self._name)
+        inner = body(sc)
+        lines = []
+        work = None if work is None else self.ren(work)
+        if work is not None and not (work.is_num and work.value < PARALLEL_MIN):
+            lines.append(f"#pragma omp parallel for collapse({len(active)}) schedule(static) "
+                         f"if({work.to_c()} >= {PARALLEL_MIN}) "
+                         "num_threads(lumos_threads())")
+        lines += [f"for (int64_t z{k} = 0; z{k} < {size[k]}; z{k}++)" for k in active[:-1]]
+        return lines + [
+            f"for (int64_t zb = 0; zb < ({size[last]} + {BLOCK - 1}) / {BLOCK}; zb++) {{",
+            f"const int64_t lo = zb * {BLOCK}, hi = LUMOS_MIN(lo + {BLOCK}, {size[last]});",
+            *sc.decls, "#pragma GCC ivdep",  # outputs never alias inputs (restrict is
+            f"for (int64_t {zl} = lo; {zl} < hi; {zl}++) {{", *inner, "}", "}"]  # lost in omp)
+
+    # -- kernels -----------------------------------------------------------------
+    def kernel(self, i: int) -> list[str]:
+        """The loops computing node `i` into `out` (parameters collected in self.args)."""
+        n = self.g.nodes[i]
+        shape = n.shape
+        out_index = self.prep(View.contiguous(shape).index, shape)
+        work = numel(shape)
+
+        def each(compute: Callable[[_Scope], str]) -> list[str]:
+            def body(sc: _Scope) -> list[str]:
+                value = compute(sc)
+                return [f"out[{sc.index(out_index)}] = {value};"]
+            return self.nest(shape, body, work)
+
+        if n.op in ("SumReduce", "MaxReduce"):
+            return self.reduce(n, out_index)
+        if n.op == "Iota":
+            return each(lambda sc: f"({storage(n.dtype)})({sc.index(self.prep(n.expr, shape))})")
+        if n.op == "Output":
+            return each(lambda sc: self.read_view(n.inputs[0], n.views[0], shape, sc))
+        if n.op == "Gather":
+            return self.gather(n, out_index)
+        if n.op == "Scatter":
+            return self.scatter(n, out_index)
+
+        def pointwise(sc: _Scope) -> str:
+            vals = [load(self.g.nodes[j].dtype, self.read_view(j, v, shape, sc))
+                    for j, v in zip(n.inputs, n.views, strict=True)]
+            return store(n.dtype, self.compute(n, vals))
+        return each(pointwise)
+
+    def compute(self, n: Node, vals: list[str]) -> str:
+        """A pointwise op on input values (C expressions of the inputs' value types)."""
+        in_dt = self.g.nodes[n.inputs[0]].dtype
+        ct = value_type(in_dt)
+        a = vals[0]
+        if n.op == "Cast":
+            return a
+        if n.op in UNARY:
+            suffix = "f" if ct == "float" else ""
+            if n.op == "Recip":
+                return f"(1.0{suffix} / ({a}))"
+            return f"{_MATH[n.op]}{suffix}({a})"
+        b = vals[1]
+        if n.op == "Add":
+            return f"(({a}) | ({b}))" if in_dt.is_bool else f"(({a}) + ({b}))"
+        if n.op == "Mul":
+            return f"(({a}) & ({b}))" if in_dt.is_bool else f"(({a}) * ({b}))"
+        if n.op == "LessThan":
+            return f"(({a}) < ({b}))"
+        assert n.op == "Mod"
+        if in_dt.is_float:
+            return f"fmod{'f' if ct == 'float' else ''}({a}, {b})"
+        return f"lumos_imod_{ct}({a}, {b})"
+
+    def reduce(self, n: Node, out_index: Expr) -> list[str]:
+        (j,), (view,) = n.inputs, n.views
+        dt, ax, shape = n.dtype, n.axis, n.shape
+        assert ax is not None
+        length = self.ren(view.shape[ax])
+        m = {f"z{ax}": Var("zr")} | {f"z{k}": z(k - 1) for k in range(ax + 1, view.ndim)}
+        index = self.prep(view.index.subs(m), shape)
+        valid = self.prep(view.valid.subs(m), shape)
+        vt = value_type(dt)
+        acc_t = "float" if dt.is_float and dt.bits < 32 else vt
+        if dt.is_bool:
+            init, step = "0", "acc |= x;"
+        elif n.op == "SumReduce":
+            init, step = "0", "acc += x;"
+        elif dt.is_float:
+            init, step = "-INFINITY", "acc = (x > acc || x != x) ? x : acc;"
+        else:
+            init, step = _lowest(dt, acc_t), "acc = x > acc ? x : acc;"
+
+        def body(sc: _Scope) -> list[str]:
+            rs = _Scope("zr", sc.bounds | {"zr": (0, length - 1)}, self._name)
+            x = load(self.g.nodes[j].dtype, self.read(j, index, valid, rs))
+            o = sc.index(out_index)
+            return [*rs.decls, f"{acc_t} acc = {init};",
+                    f"for (int64_t zr = 0; zr < {length.to_c()}; zr++) {{",
+                    f"const {vt} x = {x};", step, "}", f"out[{o}] = {store(dt, 'acc')};"]
+        return self.nest(shape, body, numel(shape) * view.shape[ax])
+
+    def gather(self, n: Node, out_index: Expr) -> list[str]:
+        (ji, jd), (vi, vd) = n.inputs, n.views
+        shape = n.shape
+
+        def body(sc: _Scope) -> list[str]:
+            p = load(self.g.nodes[ji].dtype, self.read_view(ji, vi, shape, sc))
+            decl, value = self.read_flat(jd, vd, f"(int64_t)({p})")
+            return ["{", decl, f"out[{sc.index(out_index)}] = {value};", "}"]
+        return self.nest(shape, body, numel(shape))
+
+    def scatter(self, n: Node, out_index: Expr) -> list[str]:
+        """A copy of dest, then the writes in row-major order of idx (the last one wins)."""
+        (jd, ji, js), (vd, vi, vs) = n.inputs, n.views
+        shape, ishape = n.shape, vi.shape
+        size = self.ren(numel(shape)).to_c()
+
+        def copy(sc: _Scope) -> list[str]:
+            return [f"out[{sc.index(out_index)}] = {self.read_view(jd, vd, shape, sc)};"]
+
+        def write(sc: _Scope) -> list[str]:
+            p = load(self.g.nodes[ji].dtype, self.read_view(ji, vi, ishape, sc))
+            return [f"{{ const int64_t zp = (int64_t)({p});",
+                    f"if (zp >= 0 && zp < {size}) out[zp] = "
+                    f"{self.read_view(js, vs, ishape, sc)}; }}"]
+        return [*self.nest(shape, copy, numel(shape)), *self.nest(ishape, write, None)]
+
+
+_IMOD = "".join(  # C's truncated %, with x % 0 == 0 (and x % -1 == 0 without INT_MIN's trap)
+    f"static inline {t} lumos_imod_{t}({t} a, {t} b) "
+    f"{{ return (b == 0{'' if t == 'uint8_t' else ' || b == -1'}) ? 0 : ({t})(a % b); }}\n"
+    for t in ("int8_t", "uint8_t", "int16_t", "int32_t", "int64_t"))
+
+
+def live_nodes(g: Graph) -> list[int]:
+    """The nodes the outputs depend on, in graph (topological) order."""
+    live, stack = set(), list(g.outputs)
+    while stack:
+        i = stack.pop()
+        if i not in live:
+            live.add(i)
+            stack.extend(g.nodes[i].inputs)
+    return sorted(live)
+
+
+def generate(g: Graph) -> tuple[str, Layout]:
+    """The C source of `g` (kernels and the driver `lumos_run`) and its buffer layout."""
+    gen = _Codegen(g)
+    nodes = g.nodes
+    inputs = tuple(i for i, n in enumerate(nodes) if n.op == "Input")
+    slots = gen.slots
+    for k, i in enumerate(inputs):
+        slots[i] = f"in[{k}]"
+    copies = []  # Output nodes that need a copy kernel
+    for m, o in enumerate(g.outputs):
+        slots[o] = f"out[{m}]"
+        (p,), (v,) = nodes[o].inputs, nodes[o].views
+        if (p not in slots and nodes[p].op != "Constant" and v.is_contiguous()
+                and numel(v.shape) is numel(nodes[p].shape)):
+            slots[p] = slots[o]  # the producer writes the output directly
+        else:
+            copies.append(o)
+    order = [i for i in live_nodes(g) if nodes[i].op not in ("Input", "Constant", "Output")
+             or i in copies]
+    pos = {i: k for k, i in enumerate(order)}
+    last = {}
+    for i in order:
+        for j in nodes[i].inputs:
+            last[j] = pos[i]
+    temps = []
+    for i in order:
+        if i not in slots:
+            slots[i] = f"(arena + off[{len(temps)}])"
+            n = nodes[i]
+            temps.append(Temp(numel(n.shape) * n.dtype.itemsize, pos[i], last.get(i, pos[i])))
+
+    dim_decls = "".join(f"  const int64_t D_{d} = dims[{k}];\n" for k, d in enumerate(g.dims))
+    parts, calls = [PRELUDE, _IMOD], []
+    for i in order:
+        gen.args = {}
+        body = gen.kernel(i)
+        n = nodes[i]
+        params = [f"{storage(n.dtype)} *restrict out"]
+        params += [f"const {storage(nodes[j].dtype)} *restrict {a}" for j, a in gen.args.items()]
+        parts.append(f"static void k{i}({', '.join(params)}, const int64_t *restrict dims) {{\n"
+                     + dim_decls + _indent(body) + "}\n")
+        ptrs = [f"({storage(n.dtype)} *){slots[i]}"]
+        ptrs += [f"(const {storage(nodes[j].dtype)} *){slots[j]}" for j in gen.args]
+        calls.append(f"  k{i}({', '.join(ptrs)}, dims);")
+    parts.append("void lumos_run(char *arena, const int64_t *off, void **in, void **out, "
+                 "const int64_t *dims) {\n" + "\n".join(calls) + "\n}\n")
+    buffers = [Buffer(i, nodes[i].shape, nodes[i].dtype) for i in (*inputs, *g.outputs)]
+    layout = Layout(tuple(g.dims), tuple(buffers[:len(inputs)]),
+                    tuple(buffers[len(inputs):]), tuple(temps))
+    return "\n".join(parts), layout
+
+
+def _indent(lines: list[str]) -> str:
+    out, depth = [], 1
+    for line in lines:
+        depth -= line.startswith("}")
+        out.append("  " * depth + line)
+        depth += line.endswith("{")
+    return "\n".join(out) + "\n"

@@ -1,0 +1,139 @@
+"""CpuRuntime: a graph becomes one C library whose driver runs every kernel in order
+over a preplanned arena, entered by one foreign call per `execute`."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from lumos.errors import BindError
+from lumos.graph import Graph
+from lumos.logs import log
+from lumos.runtime.base import Program
+from lumos.runtime.cpu.cc import compile_source, load
+from lumos.runtime.cpu.codegen import Buffer, Layout, generate
+from lumos.runtime.cpu.plan import ALIGN, plan
+
+
+def build(graph: Graph) -> CompiledProgram:
+    """Graph -> compiled C program (one kernel per node)."""
+    source, layout = generate(graph)
+    return CompiledProgram(compile_source(source), layout)
+
+
+class CompiledProgram:
+    """A compiled graph: `run` (caller-supplied outputs) or call it (fresh outputs).
+    Picklable (the library is reloaded by path), so it can run in a sandbox process."""
+
+    def __init__(self, library: Path, layout: Layout) -> None:
+        self.library, self.layout = library, layout
+        self._plans: dict[tuple[int, ...], tuple[np.ndarray, int]] = {}
+        self._arena = np.empty(0, np.uint8)
+        self._fn: Any = None
+
+    @property
+    def source(self) -> Path:
+        return self.library.with_suffix(".c")
+
+    def __getstate__(self) -> dict:
+        return {"library": self.library, "layout": self.layout}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__init__(state["library"], state["layout"])  # type: ignore[misc]
+
+    def _function(self) -> Any:
+        if self._fn is None:
+            lib = load(self.library)
+            lib.lumos_set_threads(int(os.environ.get("LUMOS_NUM_THREADS") or 0))
+            self._fn = lib.lumos_run
+            self._fn.argtypes = [ctypes.c_void_p] * 5
+            self._fn.restype = None
+        return self._fn
+
+    def plan(self, env: Mapping[str, int]) -> tuple[np.ndarray, int]:
+        """(arena offset of each intermediate, arena bytes) for these dims (cached)."""
+        key = tuple(env[d] for d in self.layout.dims)
+        hit = self._plans.get(key)
+        if hit is None:
+            temps = self.layout.temps
+            sizes = [int(t.nbytes.eval(env)) for t in temps]
+            offsets, total = plan(sizes, [(t.first, t.last) for t in temps])
+            log("memory", f"peak intermediates {total} bytes for dims {dict(env)} "
+                          f"({len(sizes)} buffers, {sum(sizes)} bytes without reuse)")
+            hit = self._plans[key] = (np.array(offsets, np.int64), total)
+        return hit
+
+    def shape(self, b: Buffer, env: Mapping[str, int]) -> tuple[int, ...]:
+        return tuple(int(e.eval(env)) for e in b.shape)
+
+    def run(self, inputs: Sequence[np.ndarray], env: Mapping[str, int],
+            outputs: Sequence[np.ndarray]) -> None:
+        """Compute into `outputs` (C-contiguous, right shapes) from `inputs`, which must be
+        C-contiguous arrays of the inputs' shapes and storage dtypes (unchecked)."""
+        offsets, total = self.plan(env)
+        if self._arena.size < total + ALIGN:
+            self._arena = np.empty(total + ALIGN, np.uint8)
+        arena = -(-self._arena.ctypes.data // ALIGN) * ALIGN
+        dims = np.array([env[d] for d in self.layout.dims] or [0], np.int64)
+        ins = (ctypes.c_void_p * max(len(inputs), 1))(*(a.ctypes.data for a in inputs))
+        outs = (ctypes.c_void_p * max(len(outputs), 1))(*(a.ctypes.data for a in outputs))
+        self._function()(arena, offsets.ctypes.data, ins, outs, dims.ctypes.data)
+
+    def __call__(self, inputs: Sequence[np.ndarray], env: Mapping[str, int]) -> list[np.ndarray]:
+        """Checked execution: the outputs, freshly allocated."""
+        if len(inputs) != len(self.layout.inputs):
+            raise BindError(f"expected {len(self.layout.inputs)} inputs, got {len(inputs)}")
+        arrays = []
+        for b, a in zip(self.layout.inputs, inputs, strict=True):
+            a = np.ascontiguousarray(a)
+            if a.dtype != b.dtype.np or a.shape != self.shape(b, env):
+                raise BindError(f"input {b.node}: expected {b.dtype.name} "
+                                f"{self.shape(b, env)}, got {a.dtype} {a.shape}")
+            arrays.append(a)
+        outs = [np.empty(self.shape(b, env), b.dtype.np) for b in self.layout.outputs]
+        self.run(arrays, env, outs)
+        return outs
+
+
+class CpuRuntime:
+    """Generated C kernels compiled with the system compiler (no search yet)."""
+
+    name = "cpu"
+
+    def compile(self, graph: Graph, options: Any = None) -> CpuProgram:
+        return CpuProgram(graph, build(graph))
+
+
+class CpuProgram(Program):
+    def __init__(self, graph: Graph, compiled: CompiledProgram) -> None:
+        super().__init__(graph)
+        self.compiled = compiled
+
+    def _run(self, env: dict[str, int]) -> None:
+        c = self.compiled
+        inputs = [self._data[b.node] for b in c.layout.inputs]
+        buffers, results = [], []
+        for b in c.layout.outputs:
+            shape = c.shape(b, env)
+            prev = self._results.get(b.node)
+            # reuse the last result if persisted, or if nobody else holds it (its refs:
+            # the dict, `prev` and getrefcount's argument)
+            keep = prev is not None and prev.shape == shape and (
+                self.graph.nodes[b.node].persist or sys.getrefcount(prev) <= 3)
+            result = prev if keep else np.empty(shape, b.dtype.np)
+            if keep and any(np.may_share_memory(result, a) for a in inputs):
+                buffers.append(np.empty(shape, b.dtype.np))  # an input aliases it: copy after
+            else:
+                buffers.append(result)
+            results.append(result)
+        c.run(inputs, env, buffers)
+        for b, result, buf in zip(c.layout.outputs, results, buffers, strict=True):
+            if buf is not result:
+                np.copyto(result, buf)
+            self._results[b.node] = result

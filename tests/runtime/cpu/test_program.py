@@ -1,0 +1,155 @@
+"""CpuRuntime programs: symbolic dims, buffers (inputs by pointer, persisted and reused
+outputs, the arena plan), the compile cache and compile errors."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import lumos
+from lumos.runtime.cpu import CompileError, CpuRuntime, build
+from lumos.runtime.cpu import cc as cc_module
+from lumos.runtime.cpu import program as program_module
+from lumos.runtime.cpu.plan import ALIGN, plan
+from tests.runtime.cpu.common import assert_same, execute_both, run_both
+
+
+def test_symbolic_dims_one_compile_many_sizes(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = []
+    real = program_module.compile_source
+    monkeypatch.setattr(program_module, "compile_source",
+                        lambda src: calls.append(1) or real(src))
+    g = lumos.Graph()
+    n, m = g.dim("n", 1, 10000), g.dim("m", 1)
+    x = g.tensor((n, m), lumos.f32, "x")
+    v = g.tensor((m,), lumos.f32, "v")
+    outs = [
+        (x.T.pad((1, 2)) * 3).sum(0),  # permuted, padded, reduced over the symbolic axis
+        x.narrow(0, 1, n - 1).reshape(-1) + 1,  # a slice, flattened
+        (x + v).softmax(1),  # broadcast
+        lumos.cat([x, x.flip(0)], 0).amax(1),
+        x.reshape(-1).repeat(2)[::3],
+    ]
+    for o in outs:
+        o.output()
+    prog = g.compile(CpuRuntime())
+    rng = np.random.default_rng(0)
+    for sn, sm in [(1, 1), (3, 5), (17, 2), (300, 257), (4, 5000)]:
+        feeds = {x: rng.standard_normal((sn, sm)).astype(np.float32),
+                 v: rng.standard_normal(sm).astype(np.float32)}
+        for o, (got, want) in zip(outs, execute_both(prog, outs, feeds), strict=True):
+            assert_same(got, want, o.dtype, exact=False, what=f"n={sn} m={sm}")
+    assert len(calls) == 1
+
+
+def test_inputs_are_read_in_place_and_results_reused() -> None:
+    g = lumos.Graph()
+    x = g.tensor((1000,), lumos.f32, "x")
+    y = (x * 2).output()
+    prog = g.compile(CpuRuntime())
+    a = np.arange(1000, dtype=np.float32)
+    prog.set_data(x, a)
+    prog.execute()
+    held = prog.get(y)
+    np.testing.assert_array_equal(held, a * 2)
+    a[:] = 1  # bound by pointer: the next execute sees the new values
+    prog.execute()
+    np.testing.assert_array_equal(held, np.arange(1000) * 2)  # a held result is kept
+    second = prog.get(y)
+    np.testing.assert_array_equal(second, 2)
+    address = second.ctypes.data
+    del second, held
+    prog.execute()  # nobody holds the last result: its buffer is reused
+    assert prog.get(y).ctypes.data == address
+
+
+def test_persisted_outputs_keep_their_buffer_even_when_fed_back() -> None:
+    g = lumos.Graph()
+    cache = g.tensor((6,), lumos.f32, "cache")
+    new = (cache.flip(0) + 1).output(persist=True)  # reads the buffer it overwrites
+    prog = g.compile(CpuRuntime())
+    state = np.zeros(6, np.float32)
+    state[0] = 5
+    prog.set_data(cache, state)
+    prog.execute()
+    out = prog.get(new)
+    want = state[::-1] + 1
+    np.testing.assert_array_equal(out, want)
+    for _ in range(3):
+        prog.set_data(cache, prog.get(new))  # the output buffer is now also the input
+        prog.execute()
+        want = want[::-1] + 1
+        assert prog.get(new) is out
+        np.testing.assert_array_equal(out, want)
+
+
+def test_outputs_of_inputs_constants_and_shared_nodes() -> None:
+    g = lumos.Graph()
+    x = g.tensor((2, 3), lumos.i32, "x")
+    s = x.sum()
+    outs = [x, x.T, s, s.reshape(1), lumos.zeros_like(x) + 7, x + 0]
+    data = np.arange(6, dtype=np.int32).reshape(2, 3)
+    for o, (got, want) in zip(outs, run_both(outs, {x: data}), strict=True):
+        assert_same(got, want, o.dtype)
+    assert outs[2].ndim == 0
+
+
+def test_memory_log_reports_reused_arena(monkeypatch: pytest.MonkeyPatch,
+                                         capsys: pytest.CaptureFixture) -> None:
+    monkeypatch.setenv("LUMOS_LOG", "memory")
+    g = lumos.Graph()
+    x = g.tensor((1024,), lumos.f32, "x")
+    y = x
+    for k in range(8):
+        y = y * 1.5 + k if k % 2 else y * y
+    y.output()
+    (got, want), = run_both([y], {x: np.linspace(-1, 1, 1024, dtype=np.float32)})
+    assert_same(got, want, lumos.f32)
+    line = [ln for ln in capsys.readouterr().err.splitlines() if "peak intermediates" in ln]
+    peak, total = map(int, re.search(r"(\d+) bytes for .* (\d+) bytes without", line[0]).groups())
+    assert peak == 2 * 4096 < total  # a chain needs two live buffers
+
+
+@given(st.lists(st.tuples(st.integers(0, 5000), st.integers(0, 12), st.integers(0, 6)),
+                max_size=30))
+def test_plan_never_overlaps_live_buffers(bufs: list[tuple[int, int, int]]) -> None:
+    sizes = [s for s, _, _ in bufs]
+    lives = [(f, f + d) for _, f, d in bufs]
+    offsets, total = plan(sizes, lives)
+    for a in range(len(bufs)):
+        assert offsets[a] % ALIGN == 0 and offsets[a] + sizes[a] <= total
+        for b in range(a):
+            if lives[a][0] <= lives[b][1] and lives[b][0] <= lives[a][1]:
+                assert (offsets[a] + sizes[a] <= offsets[b] or offsets[b] + sizes[b] <= offsets[a]
+                        or 0 in (sizes[a], sizes[b]))
+    assert total <= sum(-(-s // ALIGN) * ALIGN for s in sizes)
+
+
+def test_compile_cache_hit(monkeypatch: pytest.MonkeyPatch) -> None:
+    g = lumos.Graph()
+    x = g.tensor((5,), lumos.f32, "x")
+    (x.exp() * 3).output()
+    first = build(g)
+    assert first.library.exists() and first.source.exists()
+    monkeypatch.setattr(cc_module.subprocess, "run", lambda *a, **k: pytest.fail("recompiled"))
+    assert build(g).library == first.library
+
+
+def test_compile_error_names_the_source() -> None:
+    with pytest.raises(CompileError, match=r"generated source .*\.c") as info:
+        cc_module.compile_source("this is not C;\n")
+    path = re.search(r"source (\S+\.c)", str(info.value)).group(1)
+    assert open(path).read() == "this is not C;\n"
+
+
+def test_thread_count(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LUMOS_NUM_THREADS", "1")
+    g = lumos.Graph()
+    x = g.tensor((300, 300), lumos.f32, "x")
+    y = x.T.sum(1)
+    (got, want), = run_both([y], {x: np.ones((300, 300), np.float32)})
+    assert_same(got, want, lumos.f32)
