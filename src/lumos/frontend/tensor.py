@@ -527,8 +527,12 @@ def neg(x: Tensor) -> Tensor:
 def sub(a: TensorLike, b: TensorLike, alpha: Scalar = 1) -> Tensor:
     if promote_types(a, b).is_bool:
         raise DTypeError("sub: subtracting bool tensors is not supported; use ^ or logical_xor")
-    (x, y), _ = lift([a, b], op="sub")
-    return node(x.graph, "Add", [x, mul(y, -alpha)])
+    dt = promote_types(a, b)
+    if isinstance(a, Tensor) and isinstance(b, Tensor):  # validate before adding nodes
+        broadcast_shapes(a.view.shape, b.view.shape, op="sub")
+    if not isinstance(b, Tensor):
+        return add(a, -alpha * b)
+    return add(a, mul(b.to(dt), -alpha))  # negate before broadcasting: no full-size constant
 
 
 def div(a: TensorLike, b: TensorLike, rounding_mode: str | None = None) -> Tensor:
