@@ -344,6 +344,19 @@ def _divides(mono: tuple, by: tuple) -> tuple | None:
     return tuple(rest)
 
 
+def _split_multiples(p: Poly, mono: tuple, coeff: int) -> tuple[Poly, Poly]:
+    """Split p into q * (coeff * mono) + r: q takes the terms that are exact multiples."""
+    q: Poly = {}
+    r: Poly = {}
+    for m, c in p.items():
+        rest = _divides(m, mono)
+        if rest is not None and c % coeff == 0:
+            q[rest] = q.get(rest, 0) + c // coeff
+        else:
+            r[m] = c
+    return q, r
+
+
 def fdiv(a: Expr, b: Expr) -> Expr:
     if b.op == "num":
         if b.args[0] == 0:
@@ -364,15 +377,7 @@ def fdiv(a: Expr, b: Expr) -> Expr:
     g = math.gcd(bc, *p.values())
     if g > 1 and (bm or bc != g):
         return fdiv(_from_poly({m: c // g for m, c in p.items()}), _from_poly({bm: bc // g}))
-    # move the terms that are exact multiples of b out of the division
-    q: Poly = {}
-    r: Poly = {}
-    for m, c in p.items():
-        rest = _divides(m, bm)
-        if rest is not None and c % bc == 0:
-            q[rest] = q.get(rest, 0) + c // bc
-        else:
-            r[m] = c
+    q, r = _split_multiples(p, bm, bc)  # move exact multiples of b out of the division
     if q:
         return _add(_from_poly(q), fdiv(_from_poly(r), b))
     if a.op == "fdiv" and _single_term(a.args[1]) is not None:  # (x // k1) // k2
@@ -834,14 +839,7 @@ def _drop_remainder(e: Expr, bounds: Bounds) -> Expr:
         f = _from_poly({fm: fc})
         if (not fm and fc == 1) or not _positive(f, bounds):
             continue
-        q: Poly = {}
-        r: Poly = {}
-        for m2, c2 in p.items():
-            rest = _divides(m2, fm)
-            if rest is not None and c2 % fc == 0:
-                q[rest] = q.get(rest, 0) + c2 // fc
-            else:
-                r[m2] = c2
+        q, r = _split_multiples(p, fm, fc)
         rem = _from_poly(r)
         if _nonneg(rem, bounds) and proves_lt(rem, f, bounds):
             y, k = _from_poly(q), _from_poly({tuple(rest_b): bc // fc})
