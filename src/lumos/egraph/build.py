@@ -24,14 +24,17 @@ def build_spaces(graph: Graph, all_bounds: Sequence[Bounds] = ({},), rules: Rule
                  budget: Budget = NO_LIMITS) -> list[SearchSpace]:
     """One SearchSpace per entry of `all_bounds` (dim -> (min, max), overriding the
     declared ranges). With `budget.time_limit` the work runs in a child process that is
-    killed at the limit; then (with a warning) the spaces are the graph as given."""
+    killed at the limit; then (with a warning) the spaces are the graph as given, with only
+    the `required` stages run (a backend's lowering, without which it cannot execute)."""
     if budget.time_limit is None:
         return saturate(graph, all_bounds, rules, budget)
     try:
         return worker.call(saturate, (graph, all_bounds, rules, budget), budget.time_limit)
     except worker.Lost as e:
-        warn(f"e-graph saturation {e}; the search space is the graph without rewrites")
-        return saturate(graph, all_bounds, Rules(rules.texts, ()), budget)
+        warn(f"e-graph saturation {e}; the search space is the graph without rewrites "
+             "(but for required stages: a backend's lowering)")
+        required = tuple(st for st in rules.stages if st.required)
+        return saturate(graph, all_bounds, Rules(rules.texts, required), budget)
 
 
 def saturate(graph: Graph, all_bounds: Sequence[Bounds], rules: Rules,

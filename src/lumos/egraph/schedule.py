@@ -33,11 +33,13 @@ SATURATION_CAP = 1000  # iterations of a saturating ruleset; more: it never satu
 @dataclass(frozen=True)
 class Stage:
     """`rounds` times: run each `bounded` ruleset once, then `saturate` to a fixpoint.
-    Rounds stop early once a round changes nothing."""
+    Rounds stop early once a round changes nothing. A `required` stage (a backend's
+    lowering) still runs when saturation hits its time limit (see build_spaces)."""
 
     saturate: tuple[str, ...] = ()
     bounded: tuple[str, ...] = ()
     rounds: int = 1
+    required: bool = False
 
 
 @dataclass(frozen=True)

@@ -1,9 +1,11 @@
-"""C source for an HLIR graph: one kernel per node, and one driver that runs them all.
+"""C source for a kernel program (lumos.runtime.cpu.kernels): one C function per kernel,
+and one driver that runs them all.
 
-A kernel loops over its node's output in row-major order (the outer axes and blocks
+A kernel loops over its output in row-major order (the outer axes and blocks
 of the innermost axis in parallel under OpenMP) and computes each element from its
-inputs read through their views: the view's index expression and validity predicate
-are inlined as C. An index that is linear in the innermost loop variable has its base
+body: loads of buffers through their views (the view's index expression and validity
+predicate inlined as C) and elementwise primitives computed inline, each rounded to its
+dtype as if stored. An index that is linear in the innermost loop variable has its base
 hoisted out of that loop, so a contiguous or strided read is a plain load the compiler
 can vectorize. Dims are renamed `D_<name>` in C (no clash with C names or ours).
 
@@ -20,8 +22,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from lumos.dtype import DType, bf16, f16, from_numpy_value
-from lumos.graph import Graph
 from lumos.hlir import UNARY, Node
+from lumos.runtime.cpu.kernels import Apply, Body, Kernels, Load
 from lumos.shape import Expr, Var, View, simplify, z
 from lumos.shape.expr import ONE, ZERO
 from lumos.shape.view import numel
@@ -152,10 +154,11 @@ class Temp:
 
 @dataclass(frozen=True)
 class Buffer:
-    """A graph input or output the caller passes by pointer."""
+    """A graph input (by name) or output the caller passes by pointer."""
     node: int
     shape: tuple[Expr, ...]
     dtype: DType
+    name: str | None = None
 
 
 @dataclass(frozen=True)
@@ -167,6 +170,10 @@ class Layout:
     inputs: tuple[Buffer, ...]
     outputs: tuple[Buffer, ...]
     temps: tuple[Temp, ...]
+
+    @property
+    def input_names(self) -> tuple[str, ...]:
+        return tuple(b.name for b in self.inputs)  # type: ignore[misc]
 
 
 class _Scope:
@@ -207,7 +214,7 @@ class _Scope:
 
 
 class _Codegen:
-    def __init__(self, graph: Graph) -> None:
+    def __init__(self, graph: Kernels) -> None:
         self.g = graph
         self.rename = {d: Var(f"D_{d}") for d in graph.dims}
         self.dim_bounds = {f"D_{d}": (lo, hi) for d, (lo, hi) in graph.dims.items()}
@@ -291,63 +298,70 @@ class _Codegen:
         n = self.g.nodes[i]
         shape = n.shape
         out_index = self.prep(View.contiguous(shape).index, shape)
-        work = numel(shape)
-
-        def each(compute: Callable[[_Scope], str]) -> list[str]:
-            def body(sc: _Scope) -> list[str]:
-                value = compute(sc)
-                return [f"out[{sc.index(out_index)}] = {value};"]
-            return self.nest(shape, body, work)
-
         if n.op in ("SumReduce", "MaxReduce"):
-            return self.reduce(n, out_index)
-        if n.op == "Iota":
-            return each(lambda sc: f"({storage(n.dtype)})({sc.index(self.prep(n.expr, shape))})")
-        if n.op == "Output":
-            return each(lambda sc: self.read_view(n.inputs[0], n.views[0], shape, sc))
+            return self.reduce(n, self.g.bodies[i], out_index)
         if n.op == "Gather":
             return self.gather(n, out_index)
         if n.op == "Scatter":
             return self.scatter(n, out_index)
+        if n.op == "Iota":
+            value = lambda sc: f"({storage(n.dtype)})({sc.index(self.prep(n.expr, shape))})"
+        else:  # Map, Output
+            b = self.g.bodies[i]
+            value = lambda sc: self.value(b, {}, shape, sc, root=True)
 
-        def pointwise(sc: _Scope) -> str:
-            vals = [load(self.g.nodes[j].dtype, self.read_view(j, v, shape, sc))
-                    for j, v in zip(n.inputs, n.views, strict=True)]
-            return store(n.dtype, self.compute(n, vals))
-        return each(pointwise)
+        def body(sc: _Scope) -> list[str]:
+            return [f"out[{sc.index(out_index)}] = {value(sc)};"]
+        return self.nest(shape, body, numel(shape))
 
-    def compute(self, n: Node, vals: list[str]) -> str:
+    def value(self, b: Body, m: dict, shape: tuple[Expr, ...], sc: _Scope,
+              root: bool = False) -> str:
+        """Body `b` at the loop position (its axis variables renamed by `m`, then in C
+        names for loops over `shape`): a value of its value type, or as stored if `root`."""
+        if isinstance(b, Load):
+            v = b.view
+            raw = self.read(b.src, self.prep(v.index.subs(m), shape),
+                            self.prep(v.valid.subs(m), shape), sc)
+            return raw if root else load(self.g.nodes[b.src].dtype, raw)
+        in_dt = self.g.dtype(b.args[0])
+        x = store(b.dtype, self.compute(b.op, in_dt, [self.value(a, m, shape, sc)
+                                                      for a in b.args]))
+        valid = self.prep(b.valid.subs(m), shape)
+        if valid is not ONE:  # read through padding: 0 outside
+            x = f"({sc.pred(valid)} ? {x} : ({storage(b.dtype)})0)"
+        return x if root else load(b.dtype, x)
+
+    def compute(self, op: str, in_dt: DType, vals: list[str]) -> str:
         """A pointwise op on input values (C expressions of the inputs' value types)."""
-        in_dt = self.g.nodes[n.inputs[0]].dtype
         ct = value_type(in_dt)
         a = vals[0]
-        if n.op == "Cast":
+        if op == "Cast":
             return a
-        if n.op in UNARY:
+        if op in UNARY:
             suffix = "f" if ct == "float" else ""
-            if n.op == "Recip":
+            if op == "Recip":
                 return f"(1.0{suffix} / ({a}))"
-            return f"{_MATH[n.op]}{suffix}({a})"
+            return f"{_MATH[op]}{suffix}({a})"
         b = vals[1]
-        if n.op == "Add":
+        if op == "Add":
             return f"(({a}) | ({b}))" if in_dt.is_bool else f"(({a}) + ({b}))"
-        if n.op == "Mul":
+        if op == "Mul":
             return f"(({a}) & ({b}))" if in_dt.is_bool else f"(({a}) * ({b}))"
-        if n.op == "LessThan":
+        if op == "LessThan":
             return f"(({a}) < ({b}))"
-        assert n.op == "Mod"
+        assert op == "Mod"
         if in_dt.is_float:
             return f"fmod{'f' if ct == 'float' else ''}({a}, {b})"
         return f"lumos_imod_{ct}({a}, {b})"
 
-    def reduce(self, n: Node, out_index: Expr) -> list[str]:
-        (j,), (view,) = n.inputs, n.views
+    def reduce(self, n: Node, b: Body, out_index: Expr) -> list[str]:
+        """Loops over the output; inside, a loop over the reduced axis evaluating `b`
+        (a body over the input's shape, the output's axes plus `axis`)."""
         dt, ax, shape = n.dtype, n.axis, n.shape
         assert ax is not None
-        length = self.ren(view.shape[ax])
-        m = {f"z{ax}": Var("zr")} | {f"z{k}": z(k - 1) for k in range(ax + 1, view.ndim)}
-        index = self.prep(view.index.subs(m), shape)
-        valid = self.prep(view.valid.subs(m), shape)
+        in_shape = _body_shape(b)
+        length = self.ren(in_shape[ax])
+        m = {f"z{ax}": Var("zr")} | {f"z{k}": z(k - 1) for k in range(ax + 1, len(in_shape))}
         vt = value_type(dt)
         acc_t = "float" if dt.is_float and dt.bits < 32 else vt
         if dt.is_bool:
@@ -361,12 +375,12 @@ class _Codegen:
 
         def body(sc: _Scope) -> list[str]:
             rs = _Scope("zr", sc.bounds | {"zr": (0, length - 1)}, self._name)
-            x = load(self.g.nodes[j].dtype, self.read(j, index, valid, rs))
+            x = self.value(b, m, shape, rs)
             o = sc.index(out_index)
             return [*rs.decls, f"{acc_t} acc = {init};",
                     f"for (int64_t zr = 0; zr < {length.to_c()}; zr++) {{",
                     f"const {vt} x = {x};", step, "}", f"out[{o}] = {store(dt, 'acc')};"]
-        return self.nest(shape, body, numel(shape) * view.shape[ax])
+        return self.nest(shape, body, numel(shape) * in_shape[ax])
 
     def gather(self, n: Node, out_index: Expr) -> list[str]:
         (ji, jd), (vi, vd) = n.inputs, n.views
@@ -401,7 +415,7 @@ _IMOD = "".join(  # C's truncated %, with x % 0 == 0 (and x % -1 == 0 without IN
     for t in ("int8_t", "uint8_t", "int16_t", "int32_t", "int64_t"))
 
 
-def live_nodes(g: Graph) -> list[int]:
+def live_nodes(g: Kernels) -> list[int]:
     """The nodes the outputs depend on, in graph (topological) order."""
     live, stack = set(), list(g.outputs)
     while stack:
@@ -412,7 +426,7 @@ def live_nodes(g: Graph) -> list[int]:
     return sorted(live)
 
 
-def generate(g: Graph) -> tuple[str, Layout]:
+def generate(g: Kernels) -> tuple[str, Layout]:
     """The C source of `g` (kernels and the driver `lumos_run`) and its buffer layout."""
     gen = _Codegen(g)
     nodes = g.nodes
@@ -423,10 +437,10 @@ def generate(g: Graph) -> tuple[str, Layout]:
     copies = []  # Output nodes that need a copy kernel
     for m, o in enumerate(g.outputs):
         slots[o] = f"out[{m}]"
-        (p,), (v,) = nodes[o].inputs, nodes[o].views
-        if (p not in slots and nodes[p].op != "Constant" and v.is_contiguous()
-                and numel(v.shape) is numel(nodes[p].shape)):
-            slots[p] = slots[o]  # the producer writes the output directly
+        b = g.bodies[o]
+        if (isinstance(b, Load) and b.src not in slots and nodes[b.src].op != "Constant"
+                and b.view.is_contiguous() and numel(b.view.shape) is numel(nodes[b.src].shape)):
+            slots[b.src] = slots[o]  # the producer writes the output directly
         else:
             copies.append(o)
     order = [i for i in live_nodes(g) if nodes[i].op not in ("Input", "Constant", "Output")
@@ -458,10 +472,17 @@ def generate(g: Graph) -> tuple[str, Layout]:
         calls.append(f"  k{i}({', '.join(ptrs)}, dims);")
     parts.append("void lumos_run(char *arena, const int64_t *off, void **in, void **out, "
                  "const int64_t *dims) {\n" + "\n".join(calls) + "\n}\n")
-    buffers = [Buffer(i, nodes[i].shape, nodes[i].dtype) for i in (*inputs, *g.outputs)]
+    buffers = [Buffer(i, nodes[i].shape, nodes[i].dtype, nodes[i].name)
+               for i in (*inputs, *g.outputs)]
     layout = Layout(tuple(g.dims), tuple(buffers[:len(inputs)]),
                     tuple(buffers[len(inputs):]), tuple(temps))
     return "\n".join(parts), layout
+
+
+def _body_shape(b: Body) -> tuple[Expr, ...]:
+    while isinstance(b, Apply):
+        b = b.args[0]
+    return b.view.shape
 
 
 def _indent(lines: list[str]) -> str:

@@ -4,19 +4,24 @@ in generated code costs the child, not the compiler.
     with Sandbox() as box:
         outputs = run_candidate(compiled, inputs, dims, timeout=10, sandbox=box)
 
-A `Sandbox` is one long-lived worker process (started with `spawn`: a forked copy of
-a process that already ran OpenMP may hang). A crash, a timeout or an exception
+A `Sandbox` is one long-lived worker process (a fresh interpreter: a forked copy of a
+process that already ran OpenMP may hang, and multiprocessing's `spawn` would re-run
+the caller's main script). A crash, a timeout or an exception
 raises `CandidateError` in the parent; after a crash or a timeout the worker is
 killed and the next call starts a fresh one.
 """
 
 from __future__ import annotations
 
-import multiprocessing
+import os
+import pickle
+import select
 import signal
+import struct
+import subprocess
+import sys
 from collections.abc import Callable, Mapping, Sequence
-from multiprocessing.connection import Connection
-from typing import Any
+from typing import IO, Any
 
 import numpy as np
 
@@ -30,48 +35,62 @@ class CandidateError(LumosError, RuntimeError):
     """A candidate crashed, hung or raised while running in the sandbox."""
 
 
-def _serve(conn: Connection) -> None:
-    conn.send(("ready", None))
+def _send(f: IO[bytes], obj: object) -> None:
+    data = pickle.dumps(obj)
+    f.write(struct.pack("<Q", len(data)) + data)
+    f.flush()
+
+
+def _recv(f: IO[bytes]) -> Any:
+    head = f.read(8)
+    if len(head) < 8:
+        raise EOFError
+    body = f.read(struct.unpack("<Q", head)[0])
+    return pickle.loads(body)
+
+
+def serve() -> None:
+    """The worker's loop: calls from stdin, replies on (a private copy of) stdout."""
+    out = os.fdopen(os.dup(1), "wb")
+    os.dup2(2, 1)  # stray prints must not corrupt the channel
+    _send(out, ("ready", None))
     while True:
         try:
-            fn, args = conn.recv()
+            fn, args = _recv(sys.stdin.buffer)
         except EOFError:
             return
         try:
             reply = ("ok", fn(*args))
         except Exception as e:  # reported to the parent, which raises it
             reply = ("error", f"{type(e).__name__}: {e}")
-        conn.send(reply)
+        _send(out, reply)
 
 
 class Sandbox:
     """A worker process that runs picklable functions for the parent."""
 
     def __init__(self) -> None:
-        self._proc: Any = None
-        self._conn: Connection | None = None
+        self._proc: subprocess.Popen | None = None
 
-    def _start(self) -> Connection:
-        ctx = multiprocessing.get_context("spawn")
-        parent, child = ctx.Pipe()
-        self._proc = ctx.Process(target=_serve, args=(child,), daemon=True)
-        self._proc.start()
-        child.close()
-        self._conn = parent
+    def _start(self) -> subprocess.Popen:
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+        self._proc = subprocess.Popen(
+            [sys.executable, "-c", "from lumos.runtime.cpu.isolate import serve; serve()"],
+            env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
         self._receive(STARTUP_TIMEOUT, "starting the sandbox")
-        return parent
+        return self._proc
 
-    def _receive(self, timeout: float, what: str) -> Any:
-        conn = self._conn
-        assert conn is not None
-        if not conn.poll(timeout):
+    def _receive(self, timeout: float | None, what: str) -> Any:
+        proc = self._proc
+        assert proc is not None and proc.stdout is not None
+        ready, _, _ = select.select([proc.stdout], [], [], timeout)
+        if not ready:
             self.close()
             raise CandidateError(f"{what}: timed out after {timeout:g} s")
         try:
-            status, value = conn.recv()
-        except (EOFError, ConnectionError):
-            self._proc.join(5)
-            code = self._proc.exitcode
+            status, value = _recv(proc.stdout)
+        except (EOFError, pickle.UnpicklingError):
+            code = proc.wait()
             self.close()
             raise CandidateError(f"{what}: the sandbox process died ({_describe(code)})") \
                 from None
@@ -79,22 +98,28 @@ class Sandbox:
             raise CandidateError(f"{what}: {value}")
         return value
 
-    def run(self, fn: Callable[..., Any], *args: Any, timeout: float) -> Any:
+    def run(self, fn: Callable[..., Any], *args: Any, timeout: float | None) -> Any:
         """`fn(*args)` in the worker; its result, or CandidateError."""
-        conn = self._conn if self._proc is not None and self._proc.is_alive() else None
-        conn = conn or self._start()
-        conn.send((fn, args))
-        return self._receive(timeout, f"running {getattr(fn, '__name__', type(fn).__name__)}")
+        proc = self._proc if self._proc is not None and self._proc.poll() is None else None
+        proc = proc or self._start()
+        assert proc.stdin is not None
+        what = f"running {getattr(fn, '__name__', type(fn).__name__)}"
+        try:
+            _send(proc.stdin, (fn, args))
+        except BrokenPipeError:
+            self.close()
+            raise CandidateError(f"{what}: the sandbox process died") from None
+        return self._receive(timeout, what)
 
     def close(self) -> None:
         if self._proc is not None:
-            if self._proc.is_alive():
+            if self._proc.poll() is None:
                 self._proc.kill()
-            self._proc.join()
+            self._proc.wait()
+            for f in (self._proc.stdin, self._proc.stdout):
+                if f is not None:
+                    f.close()
             self._proc = None
-        if self._conn is not None:
-            self._conn.close()
-            self._conn = None
 
     def __enter__(self) -> Sandbox:
         return self

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import random
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -12,18 +13,23 @@ from typing import Any
 
 import numpy as np
 
+from lumos.egraph import Budget, SearchSpace, build_spaces
+from lumos.egraph.buckets import Combo, bounds, combos, select
 from lumos.errors import BindError
 from lumos.graph import Graph
 from lumos.logs import log
 from lumos.runtime.base import Program
 from lumos.runtime.cpu.cc import compile_source, load
 from lumos.runtime.cpu.codegen import Buffer, Layout, generate
+from lumos.runtime.cpu.kernels import LOWER, RULES, Kernels, cpu_space, from_genome, from_graph
 from lumos.runtime.cpu.plan import ALIGN, plan
+from lumos.search import GeneticSearch, Genome, Genomes
+from lumos.search.options import CompileOptions
 
 
-def build(graph: Graph) -> CompiledProgram:
-    """Graph -> compiled C program (one kernel per node)."""
-    source, layout = generate(graph)
+def build(program: Graph | Kernels) -> CompiledProgram:
+    """A kernel program (or a Graph: one kernel per node) -> compiled C program."""
+    source, layout = generate(program if isinstance(program, Kernels) else from_graph(program))
     return CompiledProgram(compile_source(source), layout)
 
 
@@ -102,30 +108,63 @@ class CompiledProgram:
 
 
 class CpuRuntime:
-    """Generated C kernels compiled with the system compiler (no search yet)."""
+    """Generated C kernels compiled with the system compiler. The graph goes through the
+    e-graph (one SearchSpace per dim bucket); without options each bucket takes the
+    baseline program (one kernel per node, no fusion), with CompileOptions a timed search
+    (lumos.runtime.cpu.tune) picks the fastest correct one."""
 
     name = "cpu"
+    rules = RULES
 
-    def compile(self, graph: Graph, options: Any = None) -> CpuProgram:
-        return CpuProgram(graph, build(graph))
+    def compile(self, graph: Graph, options: CompileOptions | None = None) -> CpuProgram:
+        from lumos.runtime.cpu.isolate import Sandbox  # (these import this module)
+        from lumos.runtime.cpu.tune import tune
+
+        opts = options or CompileOptions()
+        buckets = combos(graph.dims, opts.dim_buckets)
+        budget = Budget(opts.max_enodes, opts.max_iterations, opts.saturation_time_limit)
+        rules = self.rules if options is not None else LOWER  # the baseline fuses nothing
+        spaces = [cpu_space(s) for s in
+                  build_spaces(graph, [bounds(c) for c in buckets], rules, budget)]
+        programs = []
+        with Sandbox() as box:
+            for combo, space in zip(buckets, spaces, strict=True):
+                def realize(genome: Genome, space: SearchSpace = space) -> CompiledProgram:
+                    return build(from_genome(space, genome, graph.dims))
+                if options is None:
+                    programs.append(realize(Genomes(space).baseline(random.Random(0))))
+                    continue
+                env = {d: b.representative for d, b in combo.items()}
+                search = GeneticSearch(space, opts)
+                programs.append(tune(graph, search, realize, env, box))
+        return CpuProgram(graph, buckets, programs)
 
 
 class CpuProgram(Program):
-    def __init__(self, graph: Graph, compiled: CompiledProgram) -> None:
+    """One compiled program per dim bucket; `execute` runs the one holding the dims."""
+
+    def __init__(self, graph: Graph, buckets: list[Combo],
+                 programs: list[CompiledProgram]) -> None:
         super().__init__(graph)
-        self.compiled = compiled
+        self.buckets, self.programs = buckets, programs
+        self._by_name = {n.name: i for i, n in enumerate(graph.nodes) if n.op == "Input"}
+
+    @property
+    def compiled(self) -> CompiledProgram:
+        """The program of the first bucket (the only one without dim buckets)."""
+        return self.programs[0]
 
     def _run(self, env: dict[str, int]) -> None:
-        c = self.compiled
-        inputs = [self._data[b.node] for b in c.layout.inputs]
+        c = self.programs[select(self.buckets, env)]
+        inputs = [self._data[self._by_name[name]] for name in c.layout.input_names]
         buffers, results = [], []
-        for b in c.layout.outputs:
+        for o, b in zip(self.graph.outputs, c.layout.outputs, strict=True):
             shape = c.shape(b, env)
-            prev = self._results.get(b.node)
+            prev = self._results.get(o)
             # reuse the last result if persisted, or if nobody else holds it (its refs:
             # the dict, `prev` and getrefcount's argument)
             keep = prev is not None and prev.shape == shape and (
-                self.graph.nodes[b.node].persist or sys.getrefcount(prev) <= 3)
+                self.graph.nodes[o].persist or sys.getrefcount(prev) <= 3)
             result = prev if keep else np.empty(shape, b.dtype.np)
             if keep and any(np.may_share_memory(result, a) for a in inputs):
                 buffers.append(np.empty(shape, b.dtype.np))  # an input aliases it: copy after
@@ -133,7 +172,7 @@ class CpuProgram(Program):
                 buffers.append(result)
             results.append(result)
         c.run(inputs, env, buffers)
-        for b, result, buf in zip(c.layout.outputs, results, buffers, strict=True):
+        for o, result, buf in zip(self.graph.outputs, results, buffers, strict=True):
             if buf is not result:
                 np.copyto(result, buf)
-            self._results[b.node] = result
+            self._results[o] = result

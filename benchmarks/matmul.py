@@ -1,0 +1,100 @@
+"""Benchmark: f32 matmul (n, n) @ (n, n) for n in 256/512/1024/2048, in GFLOP/s.
+
+Peers timed in the same run: numpy (OpenBLAS) and torch. lumos compiles one program
+for a symbolic n with a timed search (`--limit` candidates) at a representative size
+of 256 (the oracle check materializes the (n, n, n) product, so the search cannot run
+at the large sizes), then executes it at every size. Today's best candidate is the
+fused multiply-sum reduction kernel (one kernel, no (n, n, n) product in memory); a
+tiled GEMM and a BLAS call are still to come (issue 4 item 3). Target: >= 0.9x numpy
+at 1024. Writes results/matmul.json.
+
+    OMP_WAIT_POLICY=passive .venv/bin/python benchmarks/matmul.py [--sizes 256 512 1024]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+import lumos
+from lumos.runtime.cpu import CpuRuntime
+from lumos.search import CompileOptions
+
+
+def median_time(fn: Callable[[], object], repeats: int, warmup: int = 1) -> float:
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sizes", type=int, nargs="+", default=[256, 512, 1024, 2048])
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--limit", type=int, default=4, help="search: candidates to time")
+    args = ap.parse_args()
+
+    g = lumos.Graph()
+    n = g.dim("n", 1, 4096)
+    a, b = g.tensor((n, n), lumos.f32, "a"), g.tensor((n, n), lumos.f32, "b")
+    c = (a @ b).output()
+    t0 = time.perf_counter()
+    opts = CompileOptions(limit=args.limit, trials=3, dim_buckets={"n": [(1, 4096, 256)]})
+    prog = g.compile(CpuRuntime(), opts)
+    compile_s = time.perf_counter() - t0
+    kernels = prog.compiled.source.read_text().count("\nstatic void k")
+    try:
+        import torch
+    except ImportError:
+        torch = None
+
+    rows = []
+    rng = np.random.default_rng(0)
+    for size in args.sizes:
+        x = rng.standard_normal((size, size)).astype(np.float32)
+        y = rng.standard_normal((size, size)).astype(np.float32)
+        prog.set_data(a, x)
+        prog.set_data(b, y)
+        prog.execute()
+        want = x @ y
+        np.testing.assert_allclose(prog.get(c), want, rtol=1e-3, atol=1e-3 * np.sqrt(size))
+        flop = 2 * size**3
+        r = {"n": size, "lumos_s": median_time(prog.execute, args.repeats),
+             "numpy_s": median_time(lambda: x @ y, args.repeats)}  # noqa: B023
+        if torch is not None:
+            tx, ty = torch.from_numpy(x), torch.from_numpy(y)
+            r["torch_s"] = median_time(lambda: tx @ ty, args.repeats)  # noqa: B023
+        for k in ("lumos", "numpy", "torch"):
+            if f"{k}_s" in r:
+                r[f"{k}_gflops"] = flop / r[f"{k}_s"] / 1e9
+        r["ratio_vs_numpy"] = r["numpy_s"] / r["lumos_s"]
+        rows.append(r)
+        print(f"n={size:5d}  lumos {r['lumos_gflops']:8.1f} GFLOP/s  numpy "
+              f"{r['numpy_gflops']:8.1f}  torch {r.get('torch_gflops', float('nan')):8.1f}  "
+              f"lumos/numpy {r['ratio_vs_numpy']:.3f}", flush=True)
+
+    out = {"benchmark": "matmul", "dtype": "f32", "kernels": kernels, "compile_s": compile_s,
+           "search_limit": args.limit, "cpus": os.cpu_count(),
+           "load_average_1min": os.getloadavg()[0],
+           "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", "default"),
+           "target": {"ratio_vs_numpy_at_1024": 0.9}, "sizes": rows}
+    print(f"lumos: {kernels} kernel(s), compile + search {compile_s:.1f} s")
+    path = Path(__file__).resolve().parent / "results" / "matmul.json"
+    path.write_text(json.dumps(out, indent=2) + "\n")
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()

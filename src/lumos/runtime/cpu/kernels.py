@@ -1,0 +1,166 @@
+"""The CPU's kernel program: what codegen emits, decoded from a genome (or, one kernel
+per node, from an HLIR graph).
+
+A `Kernels` program is a list of `Node`s (graph-shaped, so codegen and buffer planning
+read it like a Graph): Input, Constant, Iota, Gather and Scatter as in HLIR, plus
+kernels `Map`, `SumReduce`, `MaxReduce` and `Output` whose values come from a `Body`
+in `bodies` (their `inputs` are the buffers the body loads). A body is a tree of
+`Load(src, view)` (buffer `src` read through `view`, over the kernel's iteration space)
+and `Apply(op, dtype, args, valid)` (an elementwise primitive computed inline, 0 where
+`valid` is 0). Decoding is decision-free: the genome's choices among ELoad and inline
+alternatives (lower_cpu.egg) are the kernel boundaries; views are composed here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from lumos.dtype import DType, as_dtype, bool_
+from lumos.egraph import CORE, Rules, SearchSpace, Stage, restrict
+from lumos.egraph.encode import text_value
+from lumos.egraph.space import ENode
+from lumos.errors import LumosError
+from lumos.graph import Graph
+from lumos.hlir import BINARY, REDUCE, UNARY, Node
+from lumos.search.genome import extract
+from lumos.shape import Expr, View, simplify
+from lumos.shape.expr import ONE
+
+FUSE_ROUNDS = 12  # inlining depth: one producer level per round
+LOWER = CORE + Rules.files(Path(__file__).with_name("lower_cpu.egg"),
+                           stages=(Stage(saturate=("lower_cpu",), required=True),))
+RULES = LOWER + Rules((), (Stage(bounded=("fuse",), rounds=FUSE_ROUNDS),))  # with fusion
+ELEMENTWISE = (*UNARY, *BINARY, "Cast")
+EXECUTABLE = frozenset({"Root", "Input", "Constant", "Iota", "Gather", "Scatter", "KMap",
+                        "KSumReduce", "KMaxReduce", "KOutput", "ELoad",
+                        *(f"E{op}" for op in ELEMENTWISE)})
+
+
+@dataclass(frozen=True)
+class Load:
+    src: int
+    view: View
+
+
+@dataclass(frozen=True)
+class Apply:
+    op: str
+    dtype: DType
+    args: tuple[Body, ...]
+    valid: Expr = ONE
+
+
+Body = Load | Apply
+
+
+@dataclass
+class Kernels:
+    dims: dict[str, tuple[int, int | None]]
+    nodes: list[Node] = field(default_factory=list)
+    outputs: list[int] = field(default_factory=list)
+    bodies: dict[int, Body] = field(default_factory=dict)
+
+    def add(self, node: Node, body: Body | None = None) -> int:
+        if body is not None:
+            node = Node(node.op, tuple(dict.fromkeys(loads(body))), (), node.shape,
+                        node.dtype, axis=node.axis, persist=node.persist)
+            self.bodies[len(self.nodes)] = body
+        self.nodes.append(node)
+        return len(self.nodes) - 1
+
+    def dtype(self, b: Body) -> DType:
+        return self.nodes[b.src].dtype if isinstance(b, Load) else b.dtype
+
+    def count(self) -> int:
+        """Number of kernels (loops over memory) the program runs."""
+        return sum(n.op not in ("Input", "Constant") for n in self.nodes)
+
+
+def loads(b: Body) -> list[int]:
+    return [b.src] if isinstance(b, Load) else [s for a in b.args for s in loads(a)]
+
+
+def from_graph(g: Graph) -> Kernels:
+    """One kernel per HLIR node (no fusion)."""
+    k = Kernels(dict(g.dims))
+    for n in g.nodes:
+        ins = [Load(j, v) for j, v in zip(n.inputs, n.views, strict=True)]
+        if n.op in ELEMENTWISE:
+            k.add(Node("Map", (), (), n.shape, n.dtype), Apply(n.op, n.dtype, tuple(ins)))
+        elif n.op in (*REDUCE, "Output"):
+            k.add(n, ins[0])
+        else:
+            k.add(n)
+    k.outputs = list(g.outputs)
+    return k
+
+
+def cpu_space(space: SearchSpace) -> SearchSpace:
+    """The e-nodes the CPU executes, each class's buffer read (ELoad) first: the
+    baseline genome is the program without fusion."""
+    s = restrict(space, EXECUTABLE, "cpu")
+    inline = lambda n: n.op.startswith("E") and n.op != "ELoad"  # noqa: E731
+    return SearchSpace([sorted(c, key=inline) for c in s.classes], s.root, s.class_keys)
+
+
+def compose(c: tuple, bounds: Mapping) -> View:
+    """A CView field ("Top", v) / ("Then", w, c) as one view over c's innermost shape."""
+    if c[0] == "Top":
+        return c[1]
+    w, inner = c[1], compose(c[2], bounds)
+    index, valid = w.at_flat(inner.index)
+    b = {**bounds, **inner.bounds()}
+    return View(inner.shape, simplify(index, b), simplify(inner.valid & valid, b))
+
+
+def from_genome(space: SearchSpace, choice: Mapping[int, int] | Sequence[int],
+                dims: Mapping[str, tuple[int, int | None]]) -> Kernels:
+    """The kernel program `choice` picks in a cpu_space."""
+    k = Kernels(dict(dims))
+    built: dict[int, int] = {}
+    bounds = dict(dims)
+
+    def node(c: int) -> ENode:
+        return space.classes[c][choice[c]]
+
+    def body(c: int) -> Body:
+        n = node(c)
+        view = compose(n.fields[-1], bounds)
+        if n.op == "ELoad":
+            return Load(built[n.children[0]], view)
+        args = tuple(body(a) for a in n.children)
+        op = n.op[1:]
+        dt = as_dtype(n.fields[0]) if op == "Cast" else bool_ if op == "LessThan" else \
+            k.dtype(args[0])
+        return Apply(op, dt, args, view.valid)
+
+    def buffer(c: int, n: ENode) -> int:
+        f = n.fields
+        if n.op in ("KMap", "KOutput", "KSumReduce", "KMaxReduce"):
+            b = body(n.children[0])
+            op = n.op[1:]
+            built[c] = k.add(Node(op, (), (), f[0], k.dtype(b),
+                                  axis=f[1] if op in REDUCE else None,
+                                  persist=f[1] if op == "Output" else False), b)
+        elif n.op in ("Input", "Constant", "Iota"):
+            value = text_value(f[2]) if n.op == "Constant" else None
+            built[c] = k.add(Node(n.op, (), (), f[0], as_dtype(f[1]),
+                                  name=f[2] if n.op == "Input" else None, value=value,
+                                  expr=f[2] if n.op == "Iota" else None))
+        elif n.op in ("Gather", "Scatter"):
+            ins = tuple(built[a] for a in n.children)
+            dt = k.nodes[ins[1 if n.op == "Gather" else 0]].dtype
+            built[c] = k.add(Node(n.op, ins, tuple(f[1:]), f[0], dt))
+        else:
+            raise LumosError(f"cpu decode: {n.op} is not a CPU kernel")
+        return built[c]
+
+    for c, n in extract(space, dict(enumerate(choice)) if isinstance(choice, Sequence)
+                        else dict(choice)):  # children first
+        if n.op == "Root":
+            k.outputs = [built[a] for a in n.children]
+        elif not n.op.startswith("E"):  # bodies are built by the kernel that owns them
+            buffer(c, n)
+    return k

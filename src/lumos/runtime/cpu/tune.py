@@ -1,0 +1,117 @@
+"""Timed search on the CPU: each candidate program of a SearchSpace is compiled, run on
+profiling inputs in the sandbox, checked against the oracle, and timed.
+
+    program = tune(graph, space, realize, env, options, sandbox)
+
+A compile error is `Rejected`; a crash, a hang (past `execution_timeout`) or an output
+that differs from `run_hlir` of the original graph is `Invalid`; otherwise the median of
+`trials` timed runs (after one warm-up run) is `Measured`. Profiling inputs are random
+(seeded by `options.seed`) at the bucket's representative dims.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable, Mapping, Sequence
+
+import numpy as np
+
+from lumos.dtype import DType, from_numpy_value, to_numpy_value
+from lumos.graph import Graph
+from lumos.logs import log
+from lumos.runtime.cpu.cc import CompileError
+from lumos.runtime.cpu.isolate import CandidateError, Sandbox
+from lumos.runtime.cpu.program import CompiledProgram
+from lumos.runtime.reference import run_hlir
+from lumos.search import GeneticSearch, Genome, Invalid, Measured, Outcome, Rejected
+from lumos.search.genome import genome_key
+from lumos.search.options import CompileOptions
+
+# relative tolerance per float dtype; the absolute one is scaled by the output's magnitude,
+# so a reduction summed in another order (relative error ~ eps * sqrt(n)) still matches
+RTOL = {"f64": 1e-10, "f32": 1e-4, "f16": 1e-2, "bf16": 5e-2}
+
+
+def profiling_inputs(graph: Graph, env: Mapping[str, int], seed: int) -> dict[str, np.ndarray]:
+    """Random data for every input, by name: floats standard normal, ints in [-8, 8)
+    ([0, 16) unsigned), bools fair coins."""
+    rng = np.random.default_rng(seed)
+    out = {}
+    for n in graph.nodes:
+        if n.op != "Input":
+            continue
+        shape = tuple(int(e.eval(env)) for e in n.shape)
+        dt = n.dtype
+        if dt.is_bool:
+            a = rng.random(shape) < 0.5
+        elif dt.is_int:
+            lo = -8 if dt.signed else 0
+            a = rng.integers(lo, lo + 16, shape).astype(dt.np)
+        else:
+            a = from_numpy_value(rng.standard_normal(shape).astype(np.float32), dt)
+        out[n.name] = np.ascontiguousarray(a, dtype=dt.np)
+    return out
+
+
+def matches(got: np.ndarray, want: np.ndarray, dt: DType) -> bool:
+    """Exact for ints and bools; floats within RTOL, NaN where the oracle has NaN."""
+    if got.shape != want.shape or got.dtype != want.dtype:
+        return False
+    if not dt.is_float:
+        return bool(np.array_equal(got, want))
+    g = to_numpy_value(got, dt).astype(np.float64)
+    w = to_numpy_value(want, dt).astype(np.float64)
+    finite = np.isfinite(w)
+    scale = float(np.abs(w[finite]).max()) if finite.any() else 1.0
+    tol = RTOL[dt.name]
+    return bool(np.allclose(g, w, rtol=tol, atol=tol * max(1.0, scale), equal_nan=True))
+
+
+def timed(program: CompiledProgram, inputs: Sequence[np.ndarray], env: Mapping[str, int],
+          trials: int) -> float:
+    """Runs in the sandbox: the median seconds of `trials` runs after one warm-up."""
+    outs = [np.empty(program.shape(b, env), b.dtype.np) for b in program.layout.outputs]
+    program.run(inputs, env, outs)
+    times = []
+    for _ in range(trials):
+        t = time.perf_counter()
+        program.run(inputs, env, outs)
+        times.append(time.perf_counter() - t)
+    return statistics.median(times)
+
+
+def tune(graph: Graph, search: GeneticSearch, realize: Callable[[Genome], CompiledProgram],
+         env: Mapping[str, int], sandbox: Sandbox) -> CompiledProgram:
+    """The fastest correct program `search` finds; `realize` compiles a genome."""
+    opts: CompileOptions = search.options
+    data = profiling_inputs(graph, env, opts.seed)
+    want = run_hlir(graph, data, dict(env))
+    dtypes = [graph.nodes[o].dtype for o in graph.outputs]
+    programs: dict[tuple, CompiledProgram] = {}
+
+    def evaluate(genome: Genome) -> Outcome:
+        try:
+            program = realize(genome)
+        except CompileError as e:
+            return Rejected(str(e))
+        inputs = [data[name] for name in program.layout.input_names]
+        try:
+            got = sandbox.run(program, inputs, dict(env), timeout=opts.execution_timeout)
+            for k, (a, w, dt) in enumerate(zip(got, want, dtypes, strict=True)):
+                if not matches(a, w, dt):
+                    log("search", f"candidate output {k} differs from the reference "
+                                  f"(source {program.source})")
+                    return Invalid(f"output {k} differs from the reference")
+            runs = opts.trials + 1
+            limit = None if opts.execution_timeout is None else opts.execution_timeout * runs
+            seconds = sandbox.run(timed, program, inputs, dict(env), opts.trials,
+                                  timeout=limit)
+        except CandidateError as e:
+            return Invalid(str(e))
+        programs[genome_key(genome)] = program
+        return Measured(seconds)
+
+    best, seconds = search.run(evaluate)
+    log("search", f"best {seconds * 1e3:.4g} ms: {programs[genome_key(best)].source}")
+    return programs[genome_key(best)]

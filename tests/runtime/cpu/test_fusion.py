@@ -1,0 +1,94 @@
+"""Fusion is a choice in the e-graph (lower_cpu.egg): the rules offer, for every load of an
+elementwise producer, the producer computed inline; some genome of each graph below runs
+in the stated number of kernels, and every genome computes what the oracle computes."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+import lumos
+from lumos.egraph import build_spaces
+from lumos.egraph.testing import RuleCheck
+from lumos.runtime.cpu import build
+from lumos.runtime.cpu.kernels import RULES, cpu_space, from_genome
+from lumos.runtime.cpu.tune import matches, profiling_inputs
+from lumos.runtime.reference import run_hlir
+from lumos.search import Genomes
+
+
+def fused(space: lumos.egraph.SearchSpace) -> dict[int, int]:
+    """The genome that inlines wherever the space allows."""
+    choice = {c: next((i for i, n in enumerate(alts) if n.op.startswith("E")
+                       and n.op != "ELoad"), 0) for c, alts in enumerate(space.classes)}
+    return Genomes(space).repair(choice, random.Random(0))
+
+
+def run_genome(g: lumos.Graph, space: lumos.egraph.SearchSpace,
+               genome: dict[int, int]) -> int:
+    """Checks the genome's program against the oracle; returns its number of C kernels."""
+    program = build(from_genome(space, genome, g.dims))
+    data = profiling_inputs(g, {}, 0)
+    got = program([data[name] for name in program.layout.input_names], {})
+    for a, w, o in zip(got, run_hlir(g, data, {}), g.outputs, strict=True):
+        assert matches(a, w, g.nodes[o].dtype)
+    return program.source.read_text().count("\nstatic void k")
+
+
+def graph(make) -> lumos.Graph:
+    g = lumos.Graph()
+    make(g).output()
+    return g
+
+
+def space_of(g: lumos.Graph) -> lumos.egraph.SearchSpace:
+    (space,) = build_spaces(g, [{}], RULES)
+    return cpu_space(space)
+
+
+CASES = {  # name: (graph builder, kernels of the most fused genome, kernels unfused)
+    "chain": (lambda g: ((g.tensor((64, 33), lumos.f32, "x") * 2 + 1).exp() * 0.5
+                         - 0.25).sqrt(), 1, 7),
+    "relu_exp": (lambda g: (g.tensor((100,), lumos.f32, "x") * 2 + 1).relu().exp(), 2, 5),
+    "softmax": (lambda g: g.tensor((16, 40), lumos.f32, "x").softmax(1), 3, 8),
+    "rms_norm": (lambda g: lumos.rms_norm(g.tensor((8, 64), lumos.f32, "x"), (64,),
+                                          g.tensor((64,), lumos.f32, "w")), 2, 9),
+    "matmul": (lambda g: g.tensor((12, 20), lumos.f32, "a") @ g.tensor((20, 7), lumos.f32,
+                                                                       "b"), 1, 2),
+    "padded_int": (lambda g: ((g.tensor((5, 6), lumos.i32, "x") + 3).flip(1).pad((1, 2))
+                              * 5).T, 1, 3),
+}
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_some_genome_fuses(name: str) -> None:
+    make, most, unfused = CASES[name]
+    g = graph(make)
+    space = space_of(g)
+    counts = (run_genome(g, space, fused(space)),
+              run_genome(g, space, Genomes(space).baseline(random.Random(0))))
+    assert counts == (most, unfused)
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_random_genomes_match_the_oracle(name: str) -> None:
+    g = graph(CASES[name][0])
+    space = space_of(g)
+    rng = random.Random(1)
+    for _ in range(4):
+        run_genome(g, space, Genomes(space).random(rng))
+
+
+def test_rule_offers_the_producer_inline() -> None:
+    g = lumos.Graph()
+    x = g.tensor((4,), lumos.f32, "x")
+    (x.exp2() + 1).output()
+    rc = RuleCheck(RULES, graph=g)
+    view = "(V (ECons (Num 4) (ENil)) (Z 0 (Num 4)) (Num 1))"
+    load_exp = f"(Op (ELoad (Top {view})) (ICons e (INil)))"
+    assert rc.check(f"(= e (Op (HExp2 s v) (ICons x (INil)))) (= l {load_exp}) "
+                    f"(= l (Op (EExp2 (Top {view})) (ICons (Op (ELoad (Then v (Top {view}))) "
+                    "(ICons x (INil))) (INil))))")
+    assert not rc.check(f"(= e (Op (HInput s d n) (INil))) (= l {load_exp}) "
+                        "(= l (Op (EExp2 c) a))")  # an input is never inlined

@@ -1,0 +1,81 @@
+"""Timed search on CpuRuntime: candidates are checked against the oracle before they are
+ranked, and a candidate that crashes, hangs or computes the wrong thing loses."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import lumos
+from lumos.runtime.cpu import CpuRuntime
+from lumos.runtime.cpu import program as program_module
+from lumos.search import CompileOptions
+from tests.runtime.cpu.common import assert_same, execute_both
+
+OPTS = CompileOptions(limit=4, generation_size=4, trials=1, execution_timeout=5)
+DRIVER = "const int64_t *dims) {\n"
+
+
+def chain_graph() -> tuple[lumos.Tensor, lumos.Tensor, lumos.Tensor]:
+    g = lumos.Graph()
+    n = g.dim("n", 1, 64)
+    x = g.tensor((n, 8), lumos.f32, "x")
+    y = g.tensor((8,), lumos.f32, "y")
+    out = ((x * 2 + y) * (y + 1)).sum(1).output()  # commutations give alternatives
+    return x, y, out
+
+
+def check(prog: lumos.runtime.base.Program, x: lumos.Tensor, y: lumos.Tensor,
+          out: lumos.Tensor) -> None:
+    rng = np.random.default_rng(1)
+    for n in (1, 5, 64):
+        feeds = {x: rng.standard_normal((n, 8)).astype(np.float32),
+                 y: rng.standard_normal(8).astype(np.float32)}
+        (got, want), = execute_both(prog, [out], feeds)
+        assert_same(got, want, lumos.f32, exact=False)
+
+
+def patch_candidates(monkeypatch: pytest.MonkeyPatch, bad: set[int], body: str) -> list[str]:
+    """Candidates number `bad` (0-based, in compile order) get `body` at the start of
+    their driver. Returns the sources of every candidate."""
+    real = program_module.generate
+    sources: list[str] = []
+
+    def generate(*args, **kwargs):
+        source, layout = real(*args, **kwargs)
+        if len(sources) in bad:
+            i = source.rindex(DRIVER) + len(DRIVER)
+            source = source[:i] + body + source[i:]
+        sources.append(source)
+        return source, layout
+    monkeypatch.setattr(program_module, "generate", generate)
+    return sources
+
+
+def test_search_returns_a_correct_program() -> None:
+    x, y, out = chain_graph()
+    prog = x.graph.compile(CpuRuntime(), OPTS)
+    check(prog, x, y, out)
+
+
+@pytest.mark.parametrize("body", ["  *(volatile int *)0 = 1;\n",  # segfault
+                                  "  for (volatile int i = 0;; i++) {}\n"])  # hang
+def test_crashing_or_hanging_candidates_are_invalid(monkeypatch: pytest.MonkeyPatch,
+                                                     body: str) -> None:
+    x, y, out = chain_graph()
+    sources = patch_candidates(monkeypatch, {0, 2}, body)
+    opts = CompileOptions(limit=4, generation_size=4, trials=1, execution_timeout=2)
+    prog = x.graph.compile(CpuRuntime(), opts)
+    assert len(sources) >= 3
+    assert body not in prog.compiled.source.read_text()
+    check(prog, x, y, out)
+
+
+def test_a_wrong_but_fast_candidate_loses(monkeypatch: pytest.MonkeyPatch) -> None:
+    x, y, out = chain_graph()
+    wrong = "  ((float *)out[0])[0] = 1e30f; return;\n"  # skips the work
+    sources = patch_candidates(monkeypatch, {1}, wrong)
+    prog = x.graph.compile(CpuRuntime(), OPTS)
+    assert wrong in sources[1]
+    assert wrong not in prog.compiled.source.read_text()
+    check(prog, x, y, out)
