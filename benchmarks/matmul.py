@@ -3,9 +3,9 @@
 Peers timed in the same run: numpy (OpenBLAS) and torch. lumos compiles one program
 for a symbolic n with a timed search (`--limit` candidates) at a representative size
 of 256 (the oracle check materializes the (n, n, n) product, so the search cannot run
-at the large sizes), then executes it at every size. Today's best candidate is the
-fused multiply-sum reduction kernel (one kernel, no (n, n, n) product in memory); a
-tiled GEMM and a BLAS call are still to come (issue 4 item 3). Target: >= 0.9x numpy
+at the large sizes), then executes it at every size. The search's alternatives include
+the fused multiply-sum reduction kernel and a cblas_sgemm call (OpenBLAS from
+scipy-openblas32, lower_cpu.egg's KGemm); it picks the BLAS call. Target: >= 0.9x numpy
 at 1024. Writes results/matmul.json.
 
     OMP_WAIT_POLICY=passive .venv/bin/python benchmarks/matmul.py [--sizes 256 512 1024]

@@ -23,7 +23,7 @@ import numpy as np
 
 from lumos.dtype import DType, bf16, f16, from_numpy_value
 from lumos.hlir import UNARY, Node
-from lumos.runtime.cpu.kernels import Apply, Body, Kernels, Load
+from lumos.runtime.cpu.kernels import Apply, Body, Kernels, Load, Matrix, gemm
 from lumos.shape import Expr, Var, View, simplify, z
 from lumos.shape.expr import ONE, ZERO
 from lumos.shape.view import numel
@@ -53,7 +53,12 @@ double sin(double);
 #endif
 
 static int lumos_nt = 0;
-void lumos_set_threads(int n) { lumos_nt = n; }
+void lumos_set_threads(int n) {
+  lumos_nt = n;
+#ifdef LUMOS_BLAS
+  if (n > 0) scipy_openblas_set_num_threads(n);
+#endif
+}
 static inline int lumos_threads(void) { return lumos_nt > 0 ? lumos_nt : omp_get_max_threads(); }
 
 static inline int64_t lumos_fdiv(int64_t a, int64_t b) {
@@ -300,6 +305,8 @@ class _Codegen:
         out_index = self.prep(View.contiguous(shape).index, shape)
         if n.op in ("SumReduce", "MaxReduce"):
             return self.reduce(n, self.g.bodies[i], out_index)
+        if n.op == "Gemm":
+            return self.gemm(n)
         if n.op == "Gather":
             return self.gather(n, out_index)
         if n.op == "Scatter":
@@ -382,6 +389,31 @@ class _Codegen:
                     f"const {vt} x = {x};", step, "}", f"out[{o}] = {store(dt, 'acc')};"]
         return self.nest(shape, body, numel(shape) * in_shape[ax])
 
+    def gemm(self, n: Node) -> list[str]:
+        """One cblas_sgemm (OpenBLAS) per batch index, in nested loops over the batch."""
+        assert n.axis is not None
+        gm = gemm(n.views, n.axis, self.g.dims)  # as cpu_space found it
+        assert gm is not None, "a Gemm node without a BLAS layout"
+        c = lambda e: self.ren(e).to_c(self.dim_bounds)  # noqa: E731
+        zs = [Var(f"zg{i}") for i in range(len(gm.batch))]
+        at = lambda base, steps: c(sum((s * v for s, v in zip(steps, zs, strict=True)),  # noqa: E731
+                                       base))
+
+        def operand(mat: Matrix, width: Expr) -> str:
+            ptr = self.arg(n.inputs[mat.input])
+            return f"{ptr} + {at(mat.offset, mat.steps)}, (blasint)LUMOS_MAX(LUMOS_MAX(" \
+                   f"{c(mat.ld)}, {c(width)}), 1)"
+        a, b = gm.a, gm.b
+        trans = lambda mat: "CblasTrans" if mat.trans else "CblasNoTrans"  # noqa: E731
+        call = (f"scipy_cblas_sgemm(CblasRowMajor, {trans(a)}, {trans(b)}, (blasint){c(gm.m)}, "
+                f"(blasint){c(gm.n)}, (blasint){c(gm.k)}, 1.0f, "
+                f"{operand(a, gm.m if a.trans else gm.k)}, "
+                f"{operand(b, gm.k if b.trans else gm.n)}, 0.0f, "
+                f"out + {at(ZERO, gm.c_steps)}, (blasint)LUMOS_MAX({c(gm.n)}, 1));")
+        loops = [f"for (int64_t {v} = 0; {v} < {c(s)}; {v}++)" for v, s in zip(zs, gm.batch,
+                                                                                  strict=True)]
+        return [*loops, call]
+
     def gather(self, n: Node, out_index: Expr) -> list[str]:
         (ji, jd), (vi, vd) = n.inputs, n.views
         shape = n.shape
@@ -457,8 +489,10 @@ def generate(g: Kernels) -> tuple[str, Layout]:
             n = nodes[i]
             temps.append(Temp(numel(n.shape) * n.dtype.itemsize, pos[i], last.get(i, pos[i])))
 
+    blas = "#define LUMOS_BLAS 1\n#include <cblas.h>\n"  # OpenBLAS (see cc.py)
+    head = blas if any(nodes[i].op == "Gemm" for i in order) else ""
     dim_decls = "".join(f"  const int64_t D_{d} = dims[{k}];\n" for k, d in enumerate(g.dims))
-    parts, calls = [PRELUDE, _IMOD], []
+    parts, calls = [head + PRELUDE, _IMOD], []
     for i in order:
         gen.args = {}
         body = gen.kernel(i)

@@ -4,11 +4,13 @@ per node, from an HLIR graph).
 A `Kernels` program is a list of `Node`s (graph-shaped, so codegen and buffer planning
 read it like a Graph): Input, Constant, Iota, Gather and Scatter as in HLIR, plus
 kernels `Map`, `SumReduce`, `MaxReduce` and `Output` whose values come from a `Body`
-in `bodies` (their `inputs` are the buffers the body loads). A body is a tree of
-`Load(src, view)` (buffer `src` read through `view`, over the kernel's iteration space)
-and `Apply(op, dtype, args, valid)` (an elementwise primitive computed inline, 0 where
-`valid` is 0). Decoding is decision-free: the genome's choices among ELoad and inline
-alternatives (lower_cpu.egg) are the kernel boundaries; views are composed here.
+in `bodies` (their `inputs` are the buffers the body loads), and `Gemm` (a SumReduce
+over the product of its two inputs read through its two `views`, as a BLAS call: `gemm`).
+A body is a tree of `Load(src, view)` (buffer `src` read through `view`, over the
+kernel's iteration space) and `Apply(op, dtype, args, valid)` (an elementwise primitive
+computed inline, 0 where `valid` is 0). Decoding is decision-free: the genome's choices
+among ELoad and inline alternatives (lower_cpu.egg) are the kernel boundaries; views are
+composed here.
 """
 
 from __future__ import annotations
@@ -25,8 +27,8 @@ from lumos.errors import LumosError
 from lumos.graph import Graph
 from lumos.hlir import BINARY, REDUCE, UNARY, Node
 from lumos.search.genome import extract
-from lumos.shape import Expr, View, simplify
-from lumos.shape.expr import ONE
+from lumos.shape import Expr, Var, View, nrange, simplify
+from lumos.shape.expr import ONE, ZERO, Bounds, is_axis_var
 
 FUSE_ROUNDS = 12  # inlining depth: one producer level per round
 LOWER = CORE + Rules.files(Path(__file__).with_name("lower_cpu.egg"),
@@ -34,7 +36,7 @@ LOWER = CORE + Rules.files(Path(__file__).with_name("lower_cpu.egg"),
 RULES = LOWER + Rules((), (Stage(bounded=("fuse",), rounds=FUSE_ROUNDS),))  # with fusion
 ELEMENTWISE = (*UNARY, *BINARY, "Cast")
 EXECUTABLE = frozenset({"Root", "Input", "Constant", "Iota", "Gather", "Scatter", "KMap",
-                        "KSumReduce", "KMaxReduce", "KOutput", "ELoad",
+                        "KSumReduce", "KMaxReduce", "KOutput", "KGemm", "ELoad",
                         *(f"E{op}" for op in ELEMENTWISE)})
 
 
@@ -53,6 +55,93 @@ class Apply:
 
 
 Body = Load | Apply
+
+
+@dataclass(frozen=True)
+class Matrix:
+    """One factor of a Gemm as a row-major cblas operand: element (r, c) of the matrix (or
+    of its transpose if `trans`) at offset + r*ld + c, each batch axis stepping `steps`."""
+    input: int  # which of the node's inputs
+    offset: Expr
+    ld: Expr
+    trans: bool
+    steps: tuple[Expr, ...]
+
+
+@dataclass(frozen=True)
+class Gemm:
+    """C[batch..., m, n] = sum_k A[m, k] B[k, n], C row-major: one sgemm per batch index."""
+    m: Expr
+    n: Expr
+    k: Expr
+    batch: tuple[Expr, ...]  # sizes
+    c_steps: tuple[Expr, ...]
+    a: Matrix
+    b: Matrix
+
+
+def _linear(e: Expr, names: list[str]) -> tuple[Expr, list[Expr]] | None:
+    """(offset, coefficients) if `e` is offset + sum_i c_i * z_i with no z in the c_i."""
+    off = e.subs(dict.fromkeys(names, 0))
+    cs = [e.subs({w: int(w == v) for w in names}) - off for v in names]
+    if any(is_axis_var(x) for c in cs for x in c.vars()):
+        return None
+    return (off, cs) if off + sum((c * Var(v) for c, v in zip(cs, names, strict=True)),
+                                  ZERO) is e else None
+
+
+def gemm(views: Sequence[View], axis: int, bounds: Bounds) -> Gemm | None:
+    """The BLAS layout of a sum over `axis` of the product of two reads (views over the
+    product's shape), if both read strided matrices that cblas_sgemm accepts."""
+    shape = views[0].shape
+    names = [f"z{i}" for i in range(len(shape))]
+    unit = {f"z{i}": 0 for i, s in enumerate(shape) if s is ONE}
+    axes = [i for i, s in enumerate(shape) if i != axis and s is not ONE]
+    if len(axes) < 2:
+        return None
+    *batch, mi, ni = axes
+    out = [s for i, s in enumerate(shape) if i != axis]
+    c_steps = []
+    for i in batch:
+        step = ONE
+        for s in out[i - (i > axis) + 1:]:
+            step = step * s
+        c_steps.append(step)
+    size = lambda i: shape[i]  # noqa: E731
+    reads = []
+    for v in views:
+        if v.valid.subs(unit) is not ONE:
+            return None
+        lin = _linear(v.index.subs(unit), names)
+        if lin is None:
+            return None
+        reads.append(lin)
+
+    def matrix(j: int, row: int, col: int) -> Matrix | None:
+        off, cs = reads[j]
+        def fits(i: int, ld: Expr) -> bool:  # cblas needs ld >= the row length
+            lo = nrange(ld - shape[i], bounds)[0]
+            return shape[i] is ONE or (lo is not None and lo >= 0)
+
+        if (cs[col] is ONE or shape[col] is ONE) and fits(col, cs[row]):
+            return Matrix(j, off, cs[row], False, tuple(cs[i] for i in batch))
+        if (cs[row] is ONE or shape[row] is ONE) and fits(row, cs[col]):
+            return Matrix(j, off, cs[col], True, tuple(cs[i] for i in batch))
+        return None
+
+    for ja, jb in ((0, 1), (1, 0)):
+        if reads[ja][1][ni] is ZERO and reads[jb][1][mi] is ZERO:
+            a, b = matrix(ja, mi, axis), matrix(jb, axis, ni)
+            if a is not None and b is not None:
+                return Gemm(size(mi), size(ni), size(axis), tuple(map(size, batch)),
+                            tuple(c_steps), a, b)
+    return None
+
+
+def gemm_views(n: ENode, bounds: Mapping) -> tuple[View, View]:
+    """A KGemm e-node's two factors as views over the summed product's shape."""
+    _, _, v, va, vb = n.fields
+    return compose(("Then", va, ("Top", v)), bounds), compose(("Then", vb, ("Top", v)), bounds)
 
 
 @dataclass
@@ -97,12 +186,17 @@ def from_graph(g: Graph) -> Kernels:
     return k
 
 
-def cpu_space(space: SearchSpace) -> SearchSpace:
-    """The e-nodes the CPU executes, each class's buffer read (ELoad) first: the
-    baseline genome is the program without fusion."""
-    s = restrict(space, EXECUTABLE, "cpu")
-    inline = lambda n: n.op.startswith("E") and n.op != "ELoad"  # noqa: E731
-    return SearchSpace([sorted(c, key=inline) for c in s.classes], s.root, s.class_keys)
+def cpu_space(space: SearchSpace, bounds: Mapping | None = None) -> SearchSpace:
+    """The e-nodes the CPU executes (a KGemm only where `gemm` has a layout for it, under
+    the dims' `bounds`), each class's buffer read (ELoad) and loop kernels first: the
+    baseline genome is the program without fusion or BLAS."""
+    b = bounds or {}
+    ok = lambda n: n.op != "KGemm" or gemm(gemm_views(n, b), n.fields[1], b) is not None  # noqa: E731
+    s = SearchSpace([[n for n in c if ok(n)] for c in space.classes], space.root,
+                    space.class_keys)
+    s = restrict(s, EXECUTABLE, "cpu")
+    later = lambda n: n.op == "KGemm" or n.op.startswith("E") and n.op != "ELoad"  # noqa: E731
+    return SearchSpace([sorted(c, key=later) for c in s.classes], s.root, s.class_keys)
 
 
 def compose(c: tuple, bounds: Mapping) -> View:
@@ -144,6 +238,10 @@ def from_genome(space: SearchSpace, choice: Mapping[int, int] | Sequence[int],
             built[c] = k.add(Node(op, (), (), f[0], k.dtype(b),
                                   axis=f[1] if op in REDUCE else None,
                                   persist=f[1] if op == "Output" else False), b)
+        elif n.op == "KGemm":
+            built[c] = k.add(Node("Gemm", tuple(built[a] for a in n.children),
+                                  gemm_views(n, bounds), f[0], k.nodes[built[n.children[0]]].dtype,
+                                  axis=f[1]))
         elif n.op in ("Input", "Constant", "Iota"):
             value = text_value(f[2]) if n.op == "Constant" else None
             built[c] = k.add(Node(n.op, (), (), f[0], as_dtype(f[1]),

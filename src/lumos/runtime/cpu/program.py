@@ -124,7 +124,7 @@ class CpuRuntime:
         buckets = combos(graph.dims, opts.dim_buckets)
         budget = Budget(opts.max_enodes, opts.max_iterations, opts.saturation_time_limit)
         rules = self.rules if options is not None else LOWER  # the baseline fuses nothing
-        spaces = [cpu_space(s) for s in
+        spaces = [cpu_space(s, graph.dims) for s in  # the bounds from_genome decodes with
                   build_spaces(graph, [bounds(c) for c in buckets], rules, budget)]
         programs = []
         with Sandbox() as box:

@@ -1,0 +1,81 @@
+"""A matmul is also a BLAS call (lower_cpu.egg's KGemm, kernels.gemm): an f32 sum over a
+product of two strided matrices has a genome that runs it as cblas_sgemm, that genome
+computes what the oracle computes, and the timed search picks it for a 256x256 matmul."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+
+import lumos
+from lumos.egraph import build_spaces
+from lumos.runtime.cpu import CpuRuntime, build
+from lumos.runtime.cpu.kernels import RULES, cpu_space, from_genome
+from lumos.runtime.cpu.tune import matches, profiling_inputs
+from lumos.runtime.reference import run_hlir
+from lumos.search import CompileOptions, Genomes
+
+CASES = {  # name: (graph builder, whether a Gemm genome exists)
+    "matmul": (lambda g: g.tensor((12, 20), lumos.f32, "a") @ g.tensor((20, 7), lumos.f32,
+                                                                       "b"), True),
+    "linear": (lambda g: lumos.linear(g.tensor((12, 20), lumos.f32, "x"),
+                                      g.tensor((7, 20), lumos.f32, "w")), True),
+    "transposed_a": (lambda g: g.tensor((20, 12), lumos.f32, "a").T
+                     @ g.tensor((20, 7), lumos.f32, "b"), True),
+    "broadcast_batch": (lambda g: g.tensor((3, 12, 20), lumos.f32, "a")
+                        @ g.tensor((20, 7), lumos.f32, "b"), True),
+    "batched": (lambda g: g.tensor((2, 3, 5, 6), lumos.f32, "a")
+                @ g.tensor((1, 3, 6, 4), lumos.f32, "b").expand(2, 3, 6, 4), True),
+    "sliced_rows": (lambda g: g.tensor((12, 30), lumos.f32, "a")[:, 5:25]
+                    @ g.tensor((20, 7), lumos.f32, "b"), True),
+    "f64": (lambda g: g.tensor((12, 20), lumos.f64, "a") @ g.tensor((20, 7), lumos.f64,
+                                                                    "b"), False),
+    "strided_k": (lambda g: g.tensor((12, 40), lumos.f32, "a")[:, ::2]
+                  @ g.tensor((20, 7), lumos.f32, "b"), False),
+    "padded": (lambda g: g.tensor((12, 18), lumos.f32, "a").pad((1, 1))
+               @ g.tensor((20, 7), lumos.f32, "b"), False),
+}
+
+
+def space_and_graph(make) -> tuple[lumos.Graph, lumos.egraph.SearchSpace]:
+    g = lumos.Graph()
+    make(g).output()
+    (space,) = build_spaces(g, [{}], RULES)
+    return g, cpu_space(space)
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_gemm_genome_matches_the_oracle(name: str) -> None:
+    make, expected = CASES[name]
+    g, space = space_and_graph(make)
+    gemms = {c: i for c, alts in enumerate(space.classes) for i, n in enumerate(alts)
+             if n.op == "KGemm"}
+    assert bool(gemms) == expected
+    if not gemms:
+        return
+    genome = Genomes(space).repair(gemms, random.Random(0))
+    program = build(from_genome(space, genome, g.dims))
+    assert "scipy_cblas_sgemm" in program.source.read_text()
+    data = profiling_inputs(g, {}, 0)
+    got = program([data[n] for n in program.layout.input_names], {})
+    for a, w, o in zip(got, run_hlir(g, data, {}), g.outputs, strict=True):
+        assert matches(a, w, g.nodes[o].dtype)
+
+
+def test_search_picks_gemm_for_a_256_matmul() -> None:
+    g = lumos.Graph()
+    n = g.dim("n", 1, 512)
+    a, b = g.tensor((n, n), lumos.f32, "a"), g.tensor((n, n), lumos.f32, "b")
+    c = (a @ b).output()
+    opts = CompileOptions(limit=4, generation_size=4, trials=3,
+                          dim_buckets={"n": [(1, 512, 256)]})
+    prog = g.compile(CpuRuntime(), opts)
+    assert "scipy_cblas_sgemm" in prog.compiled.source.read_text()
+    rng = np.random.default_rng(0)
+    x, y = (rng.standard_normal((33, 33)).astype(np.float32) for _ in range(2))
+    prog.set_data(a, x)
+    prog.set_data(b, y)
+    prog.execute()
+    np.testing.assert_allclose(prog.get(c), x @ y, rtol=1e-4, atol=1e-4)
