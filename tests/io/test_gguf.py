@@ -1,0 +1,162 @@
+"""GGUF: packed Q8_0 / Q4_0 / Q4_1 tensors dequantized in the graph equal gguf's numpy
+dequantization exactly (synthetic files written with the gguf package, and real SmolLM2
+tensors); dense tensors, metadata and bad files."""
+
+from __future__ import annotations
+
+import gguf
+import numpy as np
+import pytest
+from gguf import GGMLQuantizationType as Q
+
+import lumos
+from lumos import nn
+from lumos.dtype import bf16_to_f32
+from lumos.io import GGUFFile, WeightError
+
+QUANTS = ("Q8_0", "Q4_0", "Q4_1")
+RNG = np.random.default_rng(0)
+SHAPES = {"mat": (6, 96), "cube": (2, 3, 64)}
+
+
+def write(path, tensors: dict[str, tuple[np.ndarray, Q]], **kv) -> None:
+    w = gguf.GGUFWriter(path, "llama")
+    for k, v in kv.items():
+        (w.add_string if isinstance(v, str) else w.add_uint32)(k, v)
+    for name, (data, kind) in tensors.items():
+        if kind in (Q.F32, Q.F16):
+            w.add_tensor(name, data.astype(np.float32 if kind == Q.F32 else np.float16))
+        else:
+            w.add_tensor(name, gguf.quants.quantize(data, kind), raw_dtype=kind)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+@pytest.fixture(scope="module")
+def synthetic(tmp_path_factory):
+    path = tmp_path_factory.mktemp("gguf") / "s.gguf"
+    data = {k: (RNG.standard_normal(s) * 3).astype(np.float32) for k, s in SHAPES.items()}
+    data["mat"][0, :32] = 0.0  # an all-zero block (scale 0)
+    tensors = {f"{k}.{q}": (a, Q[q]) for k, a in data.items() for q in QUANTS}
+    tensors |= {f"{k}.{t}": (a, Q[t]) for k, a in data.items() for t in ("F32", "F16", "BF16")}
+    write(path, tensors, **{"general.name": "tiny", "llama.block_count": 2})
+    return GGUFFile(path), data
+
+
+def dequantize_in_graph(packed: nn.Packed) -> np.ndarray:
+    g = lumos.Graph()
+    parts = {k: g.tensor(v.shape, lumos.dtype.as_dtype(v.dtype), name=k)
+             for k, v in packed.parts.items()}
+    out = nn.dequantize(packed.qtype, parts).output()
+    prog = g.compile(lumos.ReferenceRuntime())
+    for k, t in parts.items():
+        prog.set_data(t, packed.parts[k])
+    prog.execute()
+    return prog.get(out)
+
+
+def raw(f: GGUFFile, name: str) -> tuple[np.ndarray, Q]:
+    t = f._tensors[name]
+    return t.data, t.tensor_type
+
+
+@pytest.mark.parametrize("qtype", QUANTS)
+@pytest.mark.parametrize("shape", SHAPES)
+def test_dequantize_in_graph_is_exact(synthetic, qtype, shape):
+    f, _ = synthetic
+    name = f"{shape}.{qtype}"
+    packed = f[name]
+    assert isinstance(packed, nn.Packed) and packed.shape == SHAPES[shape]
+    assert f.fmt(name) == qtype and f.dtype(name) is None
+    got = dequantize_in_graph(packed)
+    want = gguf.quants.dequantize(*raw(f, name)).reshape(SHAPES[shape])
+    assert got.dtype == np.float32
+    np.testing.assert_array_equal(got, want)
+
+
+def test_dense_tensors_and_metadata(synthetic):
+    f, data = synthetic
+    assert f.metadata["general.name"] == "tiny" and f.architecture == "llama"
+    for shape, a in data.items():
+        np.testing.assert_array_equal(f[f"{shape}.F32"], a)
+        np.testing.assert_array_equal(f[f"{shape}.F16"], a.astype(np.float16))
+        bf = f[f"{shape}.BF16"]
+        assert bf.dtype == np.uint16 and f.dtype(f"{shape}.BF16") is lumos.bf16
+        np.testing.assert_array_equal(bf16_to_f32(bf), gguf.quants.dequantize(
+            *raw(f, f"{shape}.BF16")).reshape(a.shape))
+
+
+@pytest.mark.parametrize("qtype", QUANTS)
+def test_packed_linear_and_embedding(synthetic, qtype):
+    """Modules with packed weights: the graph reads the packed parts, never a dense copy."""
+    f, _ = synthetic
+    packed = f[f"mat.{qtype}"]
+    w = gguf.quants.dequantize(*raw(f, f"mat.{qtype}")).reshape(6, 96)
+    lin, emb = nn.Linear(96, 6, fmt=qtype), nn.Embedding(6, 96, fmt=qtype)
+    holder = nn.Module()
+    holder.lin, holder.emb = lin, emb
+    g = lumos.Graph()
+    x, ids = g.tensor((2, 96), name="x"), g.tensor((3,), lumos.i64, name="ids")
+    y, e = lin(x).output(), emb(ids).output()
+    assert all(g.nodes[i].dtype is not lumos.f32 for n, i in g.inputs.items()
+               if n.endswith(".qs"))
+    prog = g.compile(lumos.ReferenceRuntime())
+    bound = nn.load_state(holder, prog, {"lin.weight": packed, "emb.weight": packed})
+    assert bound == 2 * packed.nbytes < w.nbytes
+    xv, iv = RNG.standard_normal((2, 96)).astype(np.float32), np.array([5, 0, 5])
+    prog.set_data(x, xv)
+    prog.set_data(ids, iv)
+    prog.execute()
+    np.testing.assert_allclose(prog.get(y), xv @ w.T, rtol=1e-5, atol=1e-4)
+    np.testing.assert_array_equal(prog.get(e), w[iv])
+
+
+def test_bad_files(synthetic, tmp_path):
+    f, data = synthetic
+    q5 = tmp_path / "q5.gguf"
+    write(q5, {"blk.0.attn_q.weight": (data["mat"], Q.Q5_0)})
+    with pytest.raises(WeightError, match=r"q5.gguf: tensor blk.0.attn_q.weight has "
+                                          r"unsupported type Q5_0 \(supported: .*Q4_1\)"):
+        GGUFFile(q5)["blk.0.attn_q.weight"]
+    short = tmp_path / "short.gguf"
+    short.write_bytes(f.path.read_bytes()[:-100])
+    with pytest.raises(WeightError, match="short.gguf: truncated"):
+        GGUFFile(short)
+    header_only = tmp_path / "header.gguf"
+    header_only.write_bytes(f.path.read_bytes()[:40])
+    with pytest.raises(WeightError, match="header.gguf: truncated or corrupt"):
+        GGUFFile(header_only)
+    other = tmp_path / "other.gguf"
+    other.write_bytes(b"PK\x03\x04" + bytes(60))
+    with pytest.raises(WeightError, match="other.gguf: not a GGUF file"):
+        GGUFFile(other)
+    with pytest.raises(WeightError, match="no such weight file"):
+        GGUFFile(tmp_path / "missing.gguf")
+
+
+@pytest.fixture(scope="module")
+def smollm2():
+    from lumos.models import llama
+
+    try:
+        return GGUFFile(llama.smollm2_path())
+    except WeightError as e:
+        pytest.skip(str(e))
+
+
+def test_smollm2_tensors(smollm2):
+    f = smollm2
+    fmts = [f.fmt(n) for n in f]
+    assert fmts.count("Q4_1") == 210 and fmts.count("f32") == 61 and fmts.count("Q8_0") == 1
+    for name in ("blk.0.attn_k.weight", "blk.17.ffn_down.weight"):
+        np.testing.assert_array_equal(dequantize_in_graph(f[name]),
+                                      gguf.quants.dequantize(*raw(f, name)).reshape(
+                                          f.shape(name)))
+    emb = f["token_embd.weight"]  # Q8_0 (49152, 576): the rows an Embedding gathers
+    ids = np.array([0, 1, 2, 49151, 1838])
+    np.testing.assert_array_equal(dequantize_in_graph(emb.rows(ids)), gguf.quants.dequantize(
+        raw(f, "token_embd.weight")[0][ids], Q.Q8_0))
+    packed = sum(v.nbytes for v in (f[n] for n in f))
+    assert packed == f.nbytes() > 0.98 * f.path.stat().st_size  # the rest is metadata

@@ -1,0 +1,82 @@
+"""The `lumos` command: a real SmolLM2 run on the reference runtime, and one-line errors
+for bad input (unknown model, missing or truncated file, unsupported quantization, a prompt
+longer than the largest bucket, a missing model module)."""
+
+from __future__ import annotations
+
+import gguf
+import numpy as np
+import pytest
+
+from lumos import cli
+from lumos.io import WeightError
+from lumos.models import llama
+
+SMALL = ["--runtime", "reference", "--context", "64", "--max-prefill", "16"]
+
+
+@pytest.fixture(scope="module")
+def smollm2():
+    try:
+        return llama.smollm2_path()
+    except WeightError as e:
+        pytest.skip(str(e))
+
+
+def error_of(capsys, argv) -> str:
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("lumos: error: ")
+    return err[-1]
+
+
+def test_run_smollm2_greedy(smollm2, capsys):
+    assert cli.main(["run", "smollm2", "Once upon a time, there was a little",
+                     "--max-tokens", "4", *SMALL]) == 0
+    out = capsys.readouterr()
+    assert out.out == "Once upon a time, there was a little girl named Emma who\n"
+    assert "compiling" in out.err and "4 tokens in" in out.err
+
+
+@pytest.mark.slow
+def test_run_smollm2_chat(smollm2, capsys):
+    argv = ["run", "smollm2", "What is the capital of France?", "--chat", "--max-tokens", "8",
+            "--runtime", "reference", "--context", "64", "--max-prefill", "48"]
+    assert cli.main(argv) == 0
+    assert "Paris" in capsys.readouterr().out
+
+
+def test_bad_input(smollm2, capsys, tmp_path, monkeypatch):
+    assert "unknown model 'gpt5' (known: " in error_of(capsys, ["run", "gpt5", "hi", *SMALL])
+    assert "missing.gguf: no such weight file" in error_of(
+        capsys, ["run", str(tmp_path / "missing.gguf"), "hi", *SMALL])
+    short = tmp_path / "short.gguf"
+    short.write_bytes(smollm2.read_bytes()[:5_000_000])
+    assert "short.gguf: truncated" in error_of(capsys, ["run", str(short), "hi", *SMALL])
+    q5 = tmp_path / "q5.gguf"
+    w = gguf.GGUFWriter(q5, "llama")
+    assert "q5.gguf: missing metadata llama.attention.head_count" in write_q5(w, capsys, q5)
+    w = gguf.GGUFWriter(q5, "llama")
+    for key in ("block_count", "context_length", "embedding_length", "feed_forward_length",
+                "attention.head_count"):
+        w.add_uint32(f"llama.{key}", 64)
+    w.add_float32("llama.attention.layer_norm_rms_epsilon", 1e-5)
+    assert "tensor token_embd.weight has unsupported type Q5_0" in write_q5(w, capsys, q5)
+    assert "the prompt has 40 tokens; the largest prefill bucket holds 16" in error_of(
+        capsys, ["run", "smollm2", " x" * 40, *SMALL])
+    assert "unknown model 'bert' for embed (known: minilm)" in error_of(
+        capsys, ["embed", "bert", "a"])
+    monkeypatch.setitem(cli.DISPATCH, "embed", {"gone": "no_such_model"})
+    assert "lumos.models.no_such_model is not available" in error_of(
+        capsys, ["embed", "gone", "a"])
+
+
+def write_q5(w: gguf.GGUFWriter, capsys, path) -> str:
+    a = np.ones((4, 64), np.float32)
+    w.add_tensor("token_embd.weight", gguf.quants.quantize(a, gguf.GGMLQuantizationType.Q5_0),
+                 raw_dtype=gguf.GGMLQuantizationType.Q5_0)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return error_of(capsys, ["run", str(path), "hi", *SMALL])
