@@ -101,7 +101,8 @@ from lumos.frontend.tensor import (
     where,
 )
 from lumos.graph import Graph
-from lumos.runtime import ReferenceRuntime
+from lumos.runtime import CpuRuntime, ReferenceRuntime
+from lumos.search.options import CompileOptions
 from lumos.shape import Expr, View, sym
 
 __all__ = [name for name in dir() if not name.startswith("_")]
