@@ -18,27 +18,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
+from common import median_time
 
 import lumos
 from lumos.runtime.cpu import CpuRuntime
 from lumos.search import CompileOptions
-
-
-def median_time(fn: Callable[[], object], repeats: int, warmup: int = 2) -> float:
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
 
 
 def chain(x):  # works on lumos, torch (and numpy through np_chain)

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -23,6 +22,7 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+from common import median_time
 from torch import nn
 
 
@@ -59,14 +59,6 @@ CASES: dict[str, Callable[[], tuple[nn.Module, tuple]]] = {
 }
 
 
-def median_s(fn: Callable[[], Any], repeats: int) -> float:
-    fn()
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
 
 
 def forward(model: nn.Module, args: tuple, backend: str | None, options: dict | None,
@@ -78,7 +70,7 @@ def forward(model: nn.Module, args: tuple, backend: str | None, options: dict | 
         f(*args)
         cold = time.perf_counter() - t0
         return {"compile_s": cold if backend else 0.0,
-                "latency_s": median_s(lambda: f(*args), repeats)}
+                "latency_s": median_time(lambda: f(*args), repeats)}
 
 
 def generate(model: nn.Module, backend: str | None, options: dict | None,
