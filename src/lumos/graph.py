@@ -123,3 +123,15 @@ class Graph:
         lines = [f"Graph({len(self.nodes)} nodes, dims={self.dims})"]
         lines += [f"  %{i} = {n!r}" for i, n in enumerate(self.nodes)]
         return "\n".join(lines)
+
+
+def live_nodes(g: Any) -> list[int]:
+    """The nodes the outputs depend on, in graph (topological) order. Works on any graph
+    of nodes with `.inputs` and a list of `.outputs` (a Graph, a CPU kernel program)."""
+    live, stack = set(), list(g.outputs)
+    while stack:
+        i = stack.pop()
+        if i not in live:
+            live.add(i)
+            stack.extend(g.nodes[i].inputs)
+    return sorted(live)

@@ -14,7 +14,7 @@ import numpy as np
 from lumos.dtype import DType, bf16, f16, from_numpy_value, to_numpy_value
 from lumos.egraph import CORE, Budget, build_spaces, decode
 from lumos.egraph.buckets import Combo, bounds, combos, select
-from lumos.graph import Graph
+from lumos.graph import Graph, live_nodes
 from lumos.hlir import Node
 from lumos.runtime.base import Program
 from lumos.search.genome import Genomes
@@ -131,7 +131,7 @@ def _lowest(dt: DType) -> Any:
 def run_hlir(g: Graph, inputs: Mapping[str, np.ndarray], env: dict[str, int]) -> list[np.ndarray]:
     """Execute the HLIR of `g` node by node (the oracle): the values of `g.outputs`, given
     its inputs' data by name."""
-    needed = _live(g)
+    needed = set(live_nodes(g))
     last_use = {j: i for i in sorted(needed) for j in g.nodes[i].inputs}
     vals: dict[int, np.ndarray] = {}
     with np.errstate(all="ignore"):
@@ -176,15 +176,5 @@ class ReferenceProgram(Program):
         data = {self.graph.nodes[i].name: a for i, a in self._data.items()}
         for out, value in zip(self.graph.outputs, run_hlir(program, data, env), strict=True):
             self._store(out, value)
-
-
-def _live(g: Graph) -> set[int]:
-    live, stack = set(), list(g.outputs)
-    while stack:
-        i = stack.pop()
-        if i not in live:
-            live.add(i)
-            stack.extend(g.nodes[i].inputs)
-    return live
 
 

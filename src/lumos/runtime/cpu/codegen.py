@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from lumos.dtype import DType, bf16, f16, from_numpy_value
+from lumos.graph import live_nodes
 from lumos.hlir import UNARY, Node
 from lumos.runtime.cpu.kernels import Apply, Body, Kernels, Load, Matrix, gemm
 from lumos.shape import Expr, Var, View, simplify, z
@@ -445,17 +446,6 @@ _IMOD = "".join(  # C's truncated %, with x % 0 == 0 (and x % -1 == 0 without IN
     f"static inline {t} lumos_imod_{t}({t} a, {t} b) "
     f"{{ return (b == 0{'' if t == 'uint8_t' else ' || b == -1'}) ? 0 : ({t})(a % b); }}\n"
     for t in ("int8_t", "uint8_t", "int16_t", "int32_t", "int64_t"))
-
-
-def live_nodes(g: Kernels) -> list[int]:
-    """The nodes the outputs depend on, in graph (topological) order."""
-    live, stack = set(), list(g.outputs)
-    while stack:
-        i = stack.pop()
-        if i not in live:
-            live.add(i)
-            stack.extend(g.nodes[i].inputs)
-    return sorted(live)
 
 
 def generate(g: Kernels) -> tuple[str, Layout]:
