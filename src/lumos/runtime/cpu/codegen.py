@@ -12,6 +12,9 @@ can vectorize. Dims are renamed `D_<name>` in C (no clash with C names or ours).
 The semantics are the ReferenceRuntime's: bf16 is stored as its bit pattern and, like
 f16, computed in float and rounded to nearest even on store; integer arithmetic wraps
 (`-fwrapv`); `x % 0` is 0; casts are C casts.
+
+With `LUMOS_LOG=profile` at compile time, the driver also times each kernel call
+(CLOCK_MONOTONIC) into the exported array `lumos_profile_ns`, one int64 per kernel.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import numpy as np
 from lumos.dtype import DType, bf16, f16, from_numpy_value
 from lumos.graph import live_nodes
 from lumos.hlir import UNARY, Node
+from lumos.logs import enabled
 from lumos.runtime.cpu.kernels import Apply, Body, Kernels, Load, Matrix, gemm
 from lumos.shape import Expr, Var, View, simplify, z
 from lumos.shape.expr import ONE, ZERO
@@ -168,14 +172,25 @@ class Buffer:
 
 
 @dataclass(frozen=True)
+class Kernel:
+    """A kernel the driver calls (for the profile log): its node, kind and output."""
+    node: int
+    op: str
+    shape: tuple[Expr, ...]
+    dtype: DType
+
+
+@dataclass(frozen=True)
 class Layout:
     """What the driver `lumos_run(arena, offsets, inputs, outputs, dims)` expects:
     `dims` values in this order, a pointer per Input node in `inputs` and per Output
-    node in `outputs`, and an arena offset per `temps` entry."""
+    node in `outputs`, and an arena offset per `temps` entry. `profiled`: the kernels
+    timed into `lumos_profile_ns`, in call order (empty when not profiling)."""
     dims: tuple[str, ...]
     inputs: tuple[Buffer, ...]
     outputs: tuple[Buffer, ...]
     temps: tuple[Temp, ...]
+    profiled: tuple[Kernel, ...] = ()
 
     @property
     def input_names(self) -> tuple[str, ...]:
@@ -448,6 +463,16 @@ _IMOD = "".join(  # C's truncated %, with x % 0 == 0 (and x % -1 == 0 without IN
     for t in ("int8_t", "uint8_t", "int16_t", "int32_t", "int64_t"))
 
 
+_PROFILE = """#include <time.h>
+int64_t lumos_profile_ns[{n}];
+static inline int64_t lumos_now(void) {{
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}}
+"""
+
+
 def generate(g: Kernels) -> tuple[str, Layout]:
     """The C source of `g` (kernels and the driver `lumos_run`) and its buffer layout."""
     gen = _Codegen(g)
@@ -494,12 +519,19 @@ def generate(g: Kernels) -> tuple[str, Layout]:
         ptrs = [f"({storage(n.dtype)} *){slots[i]}"]
         ptrs += [f"(const {storage(nodes[j].dtype)} *){slots[j]}" for j in gen.args]
         calls.append(f"  k{i}({', '.join(ptrs)}, dims);")
+    profiled = tuple(Kernel(i, nodes[i].op, nodes[i].shape, nodes[i].dtype)
+                     for i in order) if enabled("profile") else ()
+    if profiled:
+        parts.append(_PROFILE.format(n=len(profiled)))
+        calls = [f"  t = lumos_now();\n{c}\n  lumos_profile_ns[{k}] = lumos_now() - t;"
+                 for k, c in enumerate(calls)]
+        calls.insert(0, "  int64_t t;")
     parts.append("void lumos_run(char *arena, const int64_t *off, void **in, void **out, "
                  "const int64_t *dims) {\n" + "\n".join(calls) + "\n}\n")
     buffers = [Buffer(i, nodes[i].shape, nodes[i].dtype, nodes[i].name)
                for i in (*inputs, *g.outputs)]
     layout = Layout(tuple(g.dims), tuple(buffers[:len(inputs)]),
-                    tuple(buffers[len(inputs):]), tuple(temps))
+                    tuple(buffers[len(inputs):]), tuple(temps), profiled)
     return "\n".join(parts), layout
 
 

@@ -20,7 +20,7 @@ from lumos.graph import Graph
 from lumos.logs import log
 from lumos.runtime.base import Program
 from lumos.runtime.cpu.cc import compile_source, load
-from lumos.runtime.cpu.codegen import Buffer, Layout, generate
+from lumos.runtime.cpu.codegen import Buffer, Kernel, Layout, generate
 from lumos.runtime.cpu.kernels import LOWER, RULES, Kernels, cpu_space, from_genome, from_graph
 from lumos.runtime.cpu.plan import ALIGN, plan
 from lumos.search import GeneticSearch, Genome, Genomes
@@ -75,8 +75,19 @@ class CompiledProgram:
             hit = self._plans[key] = (np.array(offsets, np.int64), total)
         return hit
 
-    def shape(self, b: Buffer, env: Mapping[str, int]) -> tuple[int, ...]:
+    def shape(self, b: Buffer | Kernel, env: Mapping[str, int]) -> tuple[int, ...]:
         return tuple(int(e.eval(env)) for e in b.shape)
+
+    def log_profile(self, env: Mapping[str, int]) -> None:
+        """Logs each kernel's time in the last run (of a program compiled with
+        LUMOS_LOG=profile) and the bandwidth of writing its output."""
+        kernels = self.layout.profiled
+        ns = (ctypes.c_int64 * len(kernels)).in_dll(load(self.library), "lumos_profile_ns")
+        for k, (kern, t) in enumerate(zip(kernels, ns, strict=True)):
+            shape = self.shape(kern, env)
+            nbytes = int(np.prod(shape)) * kern.dtype.itemsize
+            log("profile", f"kernel {k} (node {kern.node}) {kern.op} {kern.dtype.name}"
+                           f"{list(shape)}: {t / 1e3:.1f} us, {nbytes / max(t, 1):.3g} GB/s")
 
     def run(self, inputs: Sequence[np.ndarray], env: Mapping[str, int],
             outputs: Sequence[np.ndarray]) -> None:
@@ -172,6 +183,8 @@ class CpuProgram(Program):
                 buffers.append(result)
             results.append(result)
         c.run(inputs, env, buffers)
+        if c.layout.profiled:
+            c.log_profile(env)
         for o, result, buf in zip(self.graph.outputs, results, buffers, strict=True):
             if buf is not result:
                 np.copyto(result, buf)
