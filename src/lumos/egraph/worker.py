@@ -34,13 +34,15 @@ class Lost(Exception):
     """The call did not finish: killed at its time limit, or the child died."""
 
 
-def _send(f: IO[bytes], obj: object) -> None:
+def send(f: IO[bytes], obj: object) -> None:
+    """One length-prefixed pickle (the framing of every lumos worker channel)."""
     data = pickle.dumps(obj)
     f.write(struct.pack("<Q", len(data)) + data)
     f.flush()
 
 
-def _recv(f: IO[bytes]) -> Any:
+def recv(f: IO[bytes]) -> Any:
+    """The next message written by `send`; EOFError when the channel closed."""
     head = f.read(8)
     if len(head) < 8:
         raise EOFError
@@ -53,7 +55,7 @@ def _start() -> subprocess.Popen:
     proc = subprocess.Popen([sys.executable, "-c", code], env=env,
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE)
     try:
-        _recv(proc.stdout)  # "ready": imports done, so they do not count against a limit
+        recv(proc.stdout)  # "ready": imports done, so they do not count against a limit
     except EOFError:
         raise Lost(f"worker failed to start (exit code {proc.wait()})") from None
     return proc
@@ -79,11 +81,11 @@ def call(fn: Callable[..., Any], args: tuple, time_limit: float) -> Any:
             _proc, _owner = _start(), os.getpid()
         assert _proc.stdin is not None and _proc.stdout is not None
         try:
-            _send(_proc.stdin, (fn, args, os.environ.get("LUMOS_LOG", "")))
+            send(_proc.stdin, (fn, args, os.environ.get("LUMOS_LOG", "")))
             ready, _, _ = select.select([_proc.stdout], [], [], time_limit)
             if not ready:
                 raise Lost(f"ran past its time limit of {time_limit:g} s and was killed")
-            ok, value, printed = _recv(_proc.stdout)
+            ok, value, printed = recv(_proc.stdout)
         except (EOFError, BrokenPipeError):
             code = _proc.wait()
             stop()
@@ -103,10 +105,10 @@ def main() -> None:
     inp = sys.stdin.buffer
     import lumos.egraph.build  # noqa: F401  (the usual callee: imported before "ready")
 
-    _send(out, "ready")
+    send(out, "ready")
     while True:
         try:
-            fn, args, topics = _recv(inp)
+            fn, args, topics = recv(inp)
         except EOFError:
             return
         os.environ["LUMOS_LOG"] = topics
@@ -117,7 +119,7 @@ def main() -> None:
         except Exception as e:  # handed to the parent, which re-raises it
             ok, value = False, e
         try:
-            _send(out, (ok, value, printed.getvalue()))
+            send(out, (ok, value, printed.getvalue()))
         except Exception as e:  # unpicklable (egglog's errors are)
             what = f"{type(value).__name__}: {value}" if not ok else repr(e)
-            _send(out, (False, RuntimeError(f"e-graph worker: {what}"), printed.getvalue()))
+            send(out, (False, RuntimeError(f"e-graph worker: {what}"), printed.getvalue()))

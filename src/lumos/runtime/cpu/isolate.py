@@ -17,14 +17,14 @@ import os
 import pickle
 import select
 import signal
-import struct
 import subprocess
 import sys
 from collections.abc import Callable, Mapping, Sequence
-from typing import IO, Any
+from typing import Any
 
 import numpy as np
 
+from lumos.egraph.worker import recv, send
 from lumos.errors import LumosError
 from lumos.runtime.cpu.program import CompiledProgram
 
@@ -35,35 +35,21 @@ class CandidateError(LumosError, RuntimeError):
     """A candidate crashed, hung or raised while running in the sandbox."""
 
 
-def _send(f: IO[bytes], obj: object) -> None:
-    data = pickle.dumps(obj)
-    f.write(struct.pack("<Q", len(data)) + data)
-    f.flush()
-
-
-def _recv(f: IO[bytes]) -> Any:
-    head = f.read(8)
-    if len(head) < 8:
-        raise EOFError
-    body = f.read(struct.unpack("<Q", head)[0])
-    return pickle.loads(body)
-
-
 def serve() -> None:
     """The worker's loop: calls from stdin, replies on (a private copy of) stdout."""
     out = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)  # stray prints must not corrupt the channel
-    _send(out, ("ready", None))
+    send(out, ("ready", None))
     while True:
         try:
-            fn, args = _recv(sys.stdin.buffer)
+            fn, args = recv(sys.stdin.buffer)
         except EOFError:
             return
         try:
             reply = ("ok", fn(*args))
         except Exception as e:  # reported to the parent, which raises it
             reply = ("error", f"{type(e).__name__}: {e}")
-        _send(out, reply)
+        send(out, reply)
 
 
 class Sandbox:
@@ -88,7 +74,7 @@ class Sandbox:
             self.close()
             raise CandidateError(f"{what}: timed out after {timeout:g} s")
         try:
-            status, value = _recv(proc.stdout)
+            status, value = recv(proc.stdout)
         except (EOFError, pickle.UnpicklingError):
             code = proc.wait()
             self.close()
@@ -105,7 +91,7 @@ class Sandbox:
         assert proc.stdin is not None
         what = f"running {getattr(fn, '__name__', type(fn).__name__)}"
         try:
-            _send(proc.stdin, (fn, args))
+            send(proc.stdin, (fn, args))
         except BrokenPipeError:
             self.close()
             raise CandidateError(f"{what}: the sandbox process died") from None
