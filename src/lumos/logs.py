@@ -1,4 +1,4 @@
-"""Observability switches: LUMOS_LOG=egglog,search,memory,profile (or 'all')."""
+"""Observability switches: LUMOS_LOG=egglog,search,memory,profile,cache (or 'all')."""
 
 from __future__ import annotations
 

@@ -9,7 +9,8 @@
 and reported in any order; asking beyond the generation, or beyond `limit`, while some
 are unreported raises RuntimeError.
 
-Generation 0 is the baseline genome (the original program) plus random genomes; later
+Generation 0 is the baseline genome (the original program), one genome per seed cost
+(a backend's rules of thumb, see Genomes.preferring), then random genomes; later
 generations are mutants of the `keep_best` best, or fresh random genomes after
 `stagnation` generations without a new best, or when nothing has been measured yet
 (e.g. a generation that was all Rejected). Every genome and every extracted program is
@@ -25,12 +26,12 @@ import math
 import random
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from tqdm import tqdm
 
-from lumos.egraph.space import SearchSpace
+from lumos.egraph.space import ENode, SearchSpace
 from lumos.logs import log
 from lumos.search.genome import Genome, Genomes, SearchError, genome_key
 from lumos.search.options import CompileOptions
@@ -64,8 +65,10 @@ class GeneticSearch:
     """The search state machine over one SearchSpace (see the module docstring)."""
 
     def __init__(self, space: SearchSpace, options: CompileOptions | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 seeds: Sequence[Callable[[int, ENode], float]] = ()) -> None:
         self.options = options or CompileOptions()
+        self.seeds = tuple(seeds)  # costs for Genomes.preferring: generation 0's first picks
         self.genomes = Genomes(space)
         self.rng = random.Random(self.options.seed)
         self.clock = clock
@@ -199,7 +202,9 @@ class GeneticSearch:
         """The next generation's new, distinct genomes."""
         o, g, rng = self.options, self.genomes, self.rng
         if self.generation == 0:
-            make = lambda i: g.baseline(rng) if i == 0 else g.random(rng)
+            seeds = [lambda: g.baseline(rng)] + [lambda c=c: g.preferring(c, rng)
+                                                 for c in self.seeds]
+            make = lambda i: seeds[i]() if i < len(seeds) else g.random(rng)
         elif not self._elites or self._stale >= o.stagnation:
             if self._elites:
                 self.restarts += 1

@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import heapq
 import random
+from collections.abc import Callable
 
 from lumos.egraph.space import ENode, SearchSpace
 from lumos.errors import LumosError
@@ -84,6 +85,13 @@ class Genomes:
         """Each class's first acyclic alternative (the original program when the e-graph
         lists it first), repaired if those choices cycle."""
         return self.repair({c: g[0] for c, g in enumerate(self.grounded) if g}, rng)
+
+    def preferring(self, cost: Callable[[int, ENode], float], rng: random.Random) -> Genome:
+        """Each class's acyclic alternative of least `cost(class, e-node)` (ties: the
+        first), repaired if those choices cycle: a seed from a backend's rule of thumb."""
+        nodes = self.space.classes
+        return self.repair({c: min(g, key=lambda i, c=c: cost(c, nodes[c][i]))
+                            for c, g in enumerate(self.grounded) if g}, rng)
 
     def random(self, rng: random.Random) -> Genome:
         return self.repair({}, rng)

@@ -33,6 +33,13 @@ class CompileOptions:
 
     E-graph budgets: `max_enodes`, `max_iterations` (of the bounded rulesets),
     `saturation_time_limit`.
+
+    `cache`: a runtime that saves artifacts (CpuRuntime) loads the compiled program from
+    `$LUMOS_CACHE/artifacts/` (default ~/.cache/lumos) when one was saved for the same
+    graph, runtime signature, rules, lumos sources and these options (all but `cache`),
+    skipping saturation and search, and saves one after a compile that succeeded. The
+    artifact cache is used only when `cache` is True and the environment does not set
+    LUMOS_ARTIFACTS=off; `compile(graph, None)` (no search) counts as `cache=True`.
     """
 
     limit: int = 100
@@ -50,6 +57,7 @@ class CompileOptions:
     max_enodes: int = 1_000_000
     max_iterations: int = 16
     saturation_time_limit: float | None = 60.0
+    cache: bool = True
 
     def __post_init__(self) -> None:
         for name in ("limit", "generation_size", "mutations", "trials", "keep_best",
@@ -66,6 +74,8 @@ class CompileOptions:
         if f is not None and not (_is_real(f) and f >= 1):
             raise ValueError(f"CompileOptions.early_stop_factor must be a number >= 1 or None, "
                              f"got {f!r}")
+        if not isinstance(self.cache, bool):
+            raise ValueError(f"CompileOptions.cache must be True or False, got {self.cache!r}")
         object.__setattr__(self, "dim_buckets", _check_buckets(self.dim_buckets))
 
 

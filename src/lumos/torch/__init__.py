@@ -9,7 +9,9 @@ call. Options (`torch.compile(m, backend="lumos", options={...})`):
 
 - `runtime`: "reference" (numpy, the default for now) or "cpu";
 - `strict`: raise, naming the op and its shapes, instead of falling back;
-- `cache`: reuse compiled graphs of the same structure (default True);
+- `cache`: reuse compiled graphs of the same structure (default True): in this process,
+  and for the "cpu" runtime across processes through saved artifacts
+  (`CompileOptions.cache`);
 - `buckets`: a list of (min, max, representative) buckets for every dynamic dim;
 - any `lumos.search.options.CompileOptions` field (`limit`, `seed`, ...).
 
@@ -70,7 +72,8 @@ class Options:
     def compile_options(self, dims: Iterable[str]) -> CompileOptions:
         """The search options, with `buckets` for each of the graph's `dims`."""
         buckets = {} if self.buckets is None else {d: self.buckets for d in dims}
-        return CompileOptions(**self.search, **({"dim_buckets": buckets} if buckets else {}))
+        return CompileOptions(**self.search, cache=self.cache,
+                              **({"dim_buckets": buckets} if buckets else {}))
 
 
 def backend(gm: fx.GraphModule, example_inputs: Sequence[Any],

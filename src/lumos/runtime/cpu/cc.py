@@ -44,7 +44,8 @@ def cache_dir() -> Path:
 
 
 @cache
-def _cpu_id() -> str:
+def cpu_id() -> str:
+    """This CPU: its architecture, model name and feature flags."""
     try:
         text = Path("/proc/cpuinfo").read_text()
     except OSError:
@@ -59,7 +60,7 @@ def compile_source(source: str) -> Path:
     blas = "#include <cblas.h>" in source
     flags = [*FLAGS, *(blas_flags() if blas else ())]
     version = scipy_openblas32.__version__ if blas else ""
-    key = hashlib.sha256("\0".join([*cc, *flags, version, _cpu_id(), source]).encode()
+    key = hashlib.sha256("\0".join([*cc, *flags, version, cpu_id(), source]).encode()
                          ).hexdigest()[:32]
     d = cache_dir()
     lib = d / f"{key}.so"

@@ -19,8 +19,10 @@ With `LUMOS_LOG=profile` at compile time, the driver also times each kernel call
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from itertools import pairwise, product
 
 import numpy as np
 
@@ -29,12 +31,14 @@ from lumos.graph import live_nodes
 from lumos.hlir import UNARY, Node
 from lumos.logs import enabled
 from lumos.runtime.cpu.kernels import Apply, Body, Kernels, Load, Matrix, gemm
-from lumos.shape import Expr, Var, View, simplify, z
+from lumos.shape import Expr, Num, Var, View, simplify, z
 from lumos.shape.expr import ONE, ZERO
 from lumos.shape.view import numel
 
 BLOCK = 2048  # innermost-axis elements per parallel task
 PARALLEL_MIN = 1 << 15  # below this many elements of work a kernel runs on one thread
+MAX_LANES = 64  # a split reduction's innermost loop up to this long keeps per-lane results
+MAX_UNROLL = 4  # copies of a split reduction's inner loop, one per value of its tiny loops
 
 PRELUDE = r"""#include <math.h>
 #include <omp.h>
@@ -93,9 +97,40 @@ static inline uint16_t lumos_f32_bf16(float f) {
   if (f != f) return 0x7FC0;
   return (uint16_t)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
 }
+/* f16 is stored as its bit pattern too: GCC 12 vectorizes no loop touching _Float16 on
+   CPUs without AVX512-FP16; these integer conversions vectorize */
+static inline float lumos_f16_f32(uint16_t h) {
+  uint32_t s = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1Fu, m = h & 0x3FFu, u;
+  float f;
+  if (e == 0x1Fu) {
+    u = s | 0x7F800000u | (m << 13);
+  } else if (e) {
+    u = s | ((e + 112u) << 23) | (m << 13);
+  } else {
+    f = (float)m * 0x1p-24f; /* subnormal: exact */
+    memcpy(&u, &f, 4);
+    u |= s;
+  }
+  memcpy(&f, &u, 4);
+  return f;
+}
+static inline uint16_t lumos_f64_f16(double x) { /* round to nearest even, once */
+  uint64_t u;
+  memcpy(&u, &x, 8);
+  uint16_t s = (uint16_t)((u >> 48) & 0x8000u);
+  uint64_t a = u & 0x7FFFFFFFFFFFFFFFull;
+  if (a > 0x7FF0000000000000ull) return (uint16_t)(s | 0x7E00u | ((a >> 42) & 0x3FFu));
+  if (a >= 0x40EFFE0000000000ull) return (uint16_t)(s | 0x7C00u); /* >= 65520: inf */
+  if (a >= 0x3F10000000000000ull) /* normal: rebias the exponent, round the mantissa */
+    return (uint16_t)(s | ((a - 0x3F00000000000000ull + 0x1FFFFFFFFFFull
+                            + ((a >> 42) & 1u)) >> 42));
+  double v;
+  memcpy(&v, &a, 8);
+  return (uint16_t)(s | (uint16_t)((v * 0x1p24 + 0x1p52) - 0x1p52)); /* subnormal units */
+}
 """
 
-_STORAGE = {"f32": "float", "f64": "double", "f16": "_Float16", "bf16": "uint16_t",
+_STORAGE = {"f32": "float", "f64": "double", "f16": "uint16_t", "bf16": "uint16_t",
             "i8": "int8_t", "u8": "uint8_t", "i16": "int16_t", "i32": "int32_t",
             "i64": "int64_t", "bool": "uint8_t"}
 _MATH = {"Exp2": "exp2", "Log2": "log2", "Sin": "sin", "Sqrt": "sqrt"}
@@ -113,12 +148,14 @@ def value_type(dt: DType) -> str:
 def load(dt: DType, raw: str) -> str:
     if dt is bf16:
         return f"lumos_bf16_f32({raw})"
-    return f"(float)({raw})" if dt is f16 else raw
+    return f"lumos_f16_f32({raw})" if dt is f16 else raw
 
 
 def store(dt: DType, value: str) -> str:
     if dt is bf16:
         return f"lumos_f32_bf16((float)({value}))"
+    if dt is f16:
+        return f"lumos_f64_f16((double)({value}))"
     if dt.is_bool:
         return f"(uint8_t)(({value}) != 0)"
     return f"({storage(dt)})({value})"
@@ -126,7 +163,7 @@ def store(dt: DType, value: str) -> str:
 
 def c_number(v: float | int, ctype: str) -> str:
     """An exact C literal of `v` as `ctype`."""
-    if ctype in ("float", "double", "_Float16"):
+    if ctype in ("float", "double"):
         v = float(v)
         if v != v:
             return f"({ctype})NAN"
@@ -142,8 +179,10 @@ def constant_literal(n: Node) -> str:
     dt = n.dtype
     compute = np.float32 if dt is f16 or dt is bf16 else dt.np
     with np.errstate(over="ignore"):  # e.g. 7e4 in f16 is inf, as in the reference
-        bits = from_numpy_value(np.full((), n.value, dtype=compute), dt).item()
-    return c_number(bits, "uint16_t" if dt is bf16 else storage(dt))
+        stored = from_numpy_value(np.full((), n.value, dtype=compute), dt)
+    if dt is f16:
+        stored = stored.view(np.uint16)
+    return c_number(stored.item(), storage(dt))
 
 
 def _lowest(dt: DType, ctype: str) -> str:
@@ -205,6 +244,7 @@ class _Scope:
         self.var, self.bounds, self.names = var, bounds, names
         self.decls: list[str] = []
         self._hoisted: dict[Expr, str] = {}
+        self._values: dict[str, str] = {}
 
     def _hoist(self, e: Expr, ctype: str) -> str:
         if e.is_num:
@@ -213,6 +253,14 @@ class _Scope:
         if name is None:
             name = self._hoisted[e] = self.names()
             self.decls.append(f"const {ctype} {name} = {e.to_c(self.bounds)};")
+        return name
+
+    def hoist_value(self, c: str, ctype: str) -> str:
+        """A C value that does not change in this loop, computed once before it."""
+        name = self._values.get(c)
+        if name is None:
+            name = self._values[c] = self.names()
+            self.decls.append(f"const {ctype} {name} = {c};")
         return name
 
     def index(self, e: Expr) -> str:
@@ -259,7 +307,7 @@ class _Codegen:
 
     # -- reading -----------------------------------------------------------------
     def arg(self, j: int) -> str:
-        return self.args.setdefault(j, f"b{j}")
+        return self.args.setdefault(j, f"b{len(self.args)}")  # by position: kernels dedupe
 
     def read(self, j: int, index: Expr, valid: Expr, sc: _Scope) -> str:
         """Producer `j`'s element at `index` as stored (0 where `valid` is 0)."""
@@ -267,8 +315,14 @@ class _Codegen:
         zero = f"({storage(n.dtype)})0"
         if valid is ZERO:
             return zero
-        raw = constant_literal(n) if n.op == "Constant" else f"{self.arg(j)}[{sc.index(index)}]"
-        return raw if valid is ONE else f"({sc.pred(valid)} ? {raw} : {zero})"
+        if n.op == "Constant":
+            raw = constant_literal(n)
+            return raw if valid is ONE else f"({sc.pred(valid)} ? {raw} : {zero})"
+        raw = f"{self.arg(j)}[{sc.index(index)}]"
+        value = raw if valid is ONE else f"({sc.pred(valid)} ? {raw} : {zero})"
+        if sc.var is not None and sc.var not in index.vars() | valid.vars():
+            return sc.hoist_value(value, storage(n.dtype))  # loop-invariant: load it once
+        return value
 
     def read_view(self, j: int, view: View, shape: tuple[Expr, ...], sc: _Scope) -> str:
         return self.read(j, self.prep(view.index, shape), self.prep(view.valid, shape), sc)
@@ -328,31 +382,48 @@ class _Codegen:
         if n.op == "Scatter":
             return self.scatter(n, out_index)
         if n.op == "Iota":
-            value = lambda sc: f"({storage(n.dtype)})({sc.index(self.prep(n.expr, shape))})"
+            value = lambda sc, _: f"({storage(n.dtype)})({sc.index(self.prep(n.expr, shape))})"
         else:  # Map, Output
             b = self.g.bodies[i]
-            value = lambda sc: self.value(b, {}, shape, sc, root=True)
+            value = lambda sc, stmts: self.value(b, {}, shape, sc, stmts, {}, root=True)
 
         def body(sc: _Scope) -> list[str]:
-            return [f"out[{sc.index(out_index)}] = {value(sc)};"]
+            stmts: list[str] = []
+            x = value(sc, stmts)
+            return [*stmts, f"out[{sc.index(out_index)}] = {x};"]
         return self.nest(shape, body, numel(shape))
 
-    def value(self, b: Body, m: dict, shape: tuple[Expr, ...], sc: _Scope,
-              root: bool = False) -> str:
+    def value(self, b: Body, m: dict, shape: tuple[Expr, ...], sc: _Scope, stmts: list[str],
+              done: dict[int, str], root: bool = False, known: frozenset = frozenset()) -> str:
         """Body `b` at the loop position (its axis variables renamed by `m`, then in C
-        names for loops over `shape`): a value of its value type, or as stored if `root`."""
+        names for loops over `shape`): a value of its value type, or as stored if `root`.
+        Each inner op becomes a local appended to `stmts` (`done`: by body object), so a
+        subtree shared in the body is computed once. `known`: predicates the enclosing ops'
+        validity implies (their result is 0 unless these hold), dropped from the guards of
+        constants (no memory is read, and the value only counts where they hold), so e.g.
+        `x % 16` stays a constant divisor under padding."""
         if isinstance(b, Load):
             v = b.view
-            raw = self.read(b.src, self.prep(v.index.subs(m), shape),
-                            self.prep(v.valid.subs(m), shape), sc)
+            index, valid = (simplify(self.prep(e.subs(m), shape), sc.bounds)
+                            for e in (v.index, v.valid))
+            if known and self.g.nodes[b.src].op == "Constant":
+                valid = _assume(valid, known)
+            raw = self.read(b.src, index, valid, sc)
             return raw if root else load(self.g.nodes[b.src].dtype, raw)
+        if id(b) in done:
+            return done[id(b)]
         in_dt = self.g.dtype(b.args[0])
-        x = store(b.dtype, self.compute(b.op, in_dt, [self.value(a, m, shape, sc)
-                                                      for a in b.args]))
-        valid = self.prep(b.valid.subs(m), shape)
+        valid = simplify(self.prep(b.valid.subs(m), shape), sc.bounds)
+        inner = known | _conjuncts(valid)
+        x = store(b.dtype, self.compute(b.op, in_dt, [
+            self.value(a, m, shape, sc, stmts, done, known=inner) for a in b.args]))
         if valid is not ONE:  # read through padding: 0 outside
             x = f"({sc.pred(valid)} ? {x} : ({storage(b.dtype)})0)"
-        return x if root else load(b.dtype, x)
+        if root:
+            return x
+        name = done[id(b)] = self._name()
+        stmts.append(f"const {value_type(b.dtype)} {name} = {load(b.dtype, x)};")
+        return name
 
     def compute(self, op: str, in_dt: DType, vals: list[str]) -> str:
         """A pointwise op on input values (C expressions of the inputs' value types)."""
@@ -384,25 +455,69 @@ class _Codegen:
         assert ax is not None
         in_shape = _body_shape(b)
         length = self.ren(in_shape[ax])
-        m = {f"z{ax}": Var("zr")} | {f"z{k}": z(k - 1) for k in range(ax + 1, len(in_shape))}
         vt = value_type(dt)
         acc_t = "float" if dt.is_float and dt.bits < 32 else vt
         if dt.is_bool:
-            init, step = "0", "acc |= x;"
+            init, step = "0", "{a} |= {x};"
         elif n.op == "SumReduce":
-            init, step = "0", "acc += x;"
+            init, step = "0", "{a} += {x};"
         elif dt.is_float:
-            init, step = "-INFINITY", "acc = (x > acc || x != x) ? x : acc;"
+            init, step = "-INFINITY", "{a} = ({x} > {a} || {x} != {x}) ? {x} : {a};"
         else:
-            init, step = _lowest(dt, acc_t), "acc = x > acc ? x : acc;"
+            init, step = _lowest(dt, acc_t), "{a} = {x} > {a} ? {x} : {a};"
+
+        # the reduced axis as nested loops at the constant steps its index splits at
+        # (e.g. 32-element quantization blocks, 16-byte nibble halves), so that the
+        # innermost loop reads linearly and vectorizes; it then accumulates into one
+        # partial result per lane, combined at the end
+        steps = _splits(b, f"z{ax}", length)
+        outer = [Var(f"zr{k}") for k in range(len(steps))]
+        zr = sum((v * st for v, st in zip(outer, steps, strict=True)), Var("zr"))
+        m = {f"z{ax}": zr} | {f"z{k}": z(k - 1) for k in range(ax + 1, len(in_shape))}
+        sizes = [length // steps[0], *(a // b for a, b in pairwise(steps))] \
+            if steps else []
+        inner = steps[-1] if steps else length
+        lanes = inner.value if steps and inner.value <= MAX_LANES else 0
+        if lanes:
+            simd, acc = ["#pragma omp simd"], f"lane[{{c}}*{lanes} + zr]"
+        else:  # float sums still take vector lanes: reassociated, not exact
+            simd, acc = ["#pragma omp simd reduction(+:acc)"] if n.op == "SumReduce" and \
+                dt.is_float else [], "acc"
+
+        # trailing outer loops of a few iterations (e.g. the two nibble halves) are
+        # unrolled: each copy knows its index, so its predicates fold away
+        unroll = len(outer)
+        while unroll > 0 and sizes[unroll - 1].is_num and \
+                math.prod(s.value for s in sizes[unroll - 1:]) <= MAX_UNROLL:
+            unroll -= 1
+        names = [v.args[0] for v in outer]
 
         def body(sc: _Scope) -> list[str]:
-            rs = _Scope("zr", sc.bounds | {"zr": (0, length - 1)}, self._name)
-            x = self.value(b, m, shape, rs)
-            o = sc.index(out_index)
-            return [*rs.decls, f"{acc_t} acc = {init};",
-                    f"for (int64_t zr = 0; zr < {length.to_c()}; zr++) {{",
-                    f"const {vt} x = {x};", step, "}", f"out[{o}] = {store(dt, 'acc')};"]
+            loops = [f"for (int64_t {v} = 0; {v} < {s.to_c()}; {v}++) {{"
+                     for v, s in zip(names[:unroll], sizes[:unroll], strict=True)]
+            copies = []
+            combos = list(product(*(range(s.value) for s in sizes[unroll:])))
+            for c, values in enumerate(combos):
+                fixed = dict(zip(names[unroll:], values, strict=True))
+                mc = {k: e.subs(fixed) for k, e in m.items()}
+                rb = sc.bounds | {"zr": (0, inner - 1)} | {
+                    v: (0, s - 1) for v, s in zip(names[:unroll], sizes[:unroll], strict=True)}
+                rs = _Scope("zr", rb, self._name)
+                stmts: list[str] = []
+                x = self.value(b, mc, shape, rs, stmts, {})
+                copies += ["{", *rs.decls, *simd,
+                           f"for (int64_t zr = 0; zr < {inner.to_c()}; zr++) {{", *stmts,
+                           f"const {vt} x = {x};",
+                           step.format(a=acc.format(c=c), x="x"), "}", "}"]
+            head = [f"{acc_t} acc = {init};"]
+            tail = [f"out[{sc.index(out_index)}] = {store(dt, 'acc')};"]
+            if lanes:  # one set of lanes per copy: independent chains of vector adds
+                n = lanes * len(combos)
+                head += [f"{acc_t} lane[{n}];",
+                         f"for (int zl = 0; zl < {n}; zl++) lane[zl] = {init};"]
+                tail = [f"for (int zl = 0; zl < {n}; zl++) {{",
+                        step.format(a="acc", x="lane[zl]"), "}", *tail]
+            return [*head, *loops, *copies, *["}"] * len(loops), *tail]
         return self.nest(shape, body, numel(shape) * in_shape[ax])
 
     def gemm(self, n: Node) -> list[str]:
@@ -508,17 +623,23 @@ def generate(g: Kernels) -> tuple[str, Layout]:
     head = blas if any(nodes[i].op == "Gemm" for i in order) else ""
     dim_decls = "".join(f"  const int64_t D_{d} = dims[{k}];\n" for k, d in enumerate(g.dims))
     parts, calls = [head + PRELUDE, _IMOD], []
+    functions: dict[str, str] = {}  # kernel text -> its function (layers share kernels)
     for i in order:
         gen.args = {}
+        gen._count = 0  # hoisted names restart: equal kernels have equal text
         body = gen.kernel(i)
         n = nodes[i]
         params = [f"{storage(n.dtype)} *restrict out"]
         params += [f"const {storage(nodes[j].dtype)} *restrict {a}" for j, a in gen.args.items()]
-        parts.append(f"static void k{i}({', '.join(params)}, const int64_t *restrict dims) {{\n"
-                     + dim_decls + _indent(body) + "}\n")
+        text = (f"({', '.join(params)}, const int64_t *restrict dims) {{\n" + dim_decls
+                + _indent(body) + "}\n")
+        name = functions.get(text)
+        if name is None:
+            name = functions[text] = f"k{i}"
+            parts.append(f"static void {name}{text}")
         ptrs = [f"({storage(n.dtype)} *){slots[i]}"]
         ptrs += [f"(const {storage(nodes[j].dtype)} *){slots[j]}" for j in gen.args]
-        calls.append(f"  k{i}({', '.join(ptrs)}, dims);")
+        calls.append(f"  {name}({', '.join(ptrs)}, dims);")
     profiled = tuple(Kernel(i, nodes[i].op, nodes[i].shape, nodes[i].dtype)
                      for i in order) if enabled("profile") else ()
     if profiled:
@@ -533,6 +654,59 @@ def generate(g: Kernels) -> tuple[str, Layout]:
     layout = Layout(tuple(g.dims), tuple(buffers[:len(inputs)]),
                     tuple(buffers[len(inputs):]), tuple(temps), profiled)
     return "\n".join(parts), layout
+
+
+def _conjuncts(e: Expr) -> frozenset[Expr]:
+    if e.op == "and":
+        return _conjuncts(e.args[0]) | _conjuncts(e.args[1])
+    return frozenset() if e is ONE else frozenset((e,))
+
+
+def _assume(e: Expr, known: frozenset[Expr]) -> Expr:
+    """Predicate `e` with the conjuncts in `known` taken as true."""
+    if e in known:
+        return ONE
+    if e.op == "and":
+        return _assume(e.args[0], known) & _assume(e.args[1], known)
+    return e
+
+
+def _splits(b: Body, var: str, length: Expr) -> list[Expr]:
+    """The constant divisors c of `var // c` and `var % c` in `b`'s views that divide
+    `length` (a number) and each other: the loop steps to split `var`'s loop at, largest
+    first (none if they do not nest)."""
+    if not length.is_num:
+        return []
+    found: set[int] = set()
+    seen: set[int] = set()
+    stack: list = [b]
+    while stack:
+        x = stack.pop()
+        if id(x) in seen:
+            continue
+        seen.add(id(x))
+        if isinstance(x, Load):
+            stack += [x.view.index, x.view.valid]
+        elif isinstance(x, Apply):
+            stack += [*x.args, x.valid]
+        elif x.op in ("fdiv", "mod"):
+            a, d = x.args
+            if d.is_num and var in a.vars():
+                base = a.subs({var: 0})  # a = base + k*var: splits var at d / k
+                k = a.subs({var: 1}) - base
+                step = d.value // k.value if k.is_num and k.value > 0 and \
+                    d.value % k.value == 0 and base + Var(var) * k is a else 0
+                if 1 < step < length.value and length.value % step == 0:
+                    found.add(step)
+            stack += list(x.args)
+        elif x.op == "sum":
+            stack += [a for mono, _ in x.args for a in mono]
+        elif x.op not in ("num", "var"):
+            stack += list(x.args)
+    steps = sorted(found, reverse=True)
+    if any(a % b for a, b in pairwise(steps)):
+        return []
+    return [Num(s) for s in steps]
 
 
 def _body_shape(b: Body) -> tuple[Expr, ...]:

@@ -15,7 +15,7 @@ composed here.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -168,7 +168,18 @@ class Kernels:
 
 
 def loads(b: Body) -> list[int]:
-    return [b.src] if isinstance(b, Load) else [s for a in b.args for s in loads(a)]
+    """The buffers body `b` reads, each shared subtree visited once."""
+    out, seen, stack = [], set(), [b]
+    while stack:
+        x = stack.pop()
+        if id(x) in seen:
+            continue
+        seen.add(id(x))
+        if isinstance(x, Load):
+            out.append(x.src)
+        else:
+            stack.extend(reversed(x.args))
+    return out
 
 
 def from_graph(g: Graph) -> Kernels:
@@ -219,16 +230,24 @@ def from_genome(space: SearchSpace, choice: Mapping[int, int] | Sequence[int],
     def node(c: int) -> ENode:
         return space.classes[c][choice[c]]
 
+    bodies: dict[int, Body] = {}  # by class: a producer inlined twice is one shared object
+
     def body(c: int) -> Body:
+        b = bodies.get(c)
+        if b is not None:
+            return b
         n = node(c)
         view = compose(n.fields[-1], bounds)
         if n.op == "ELoad":
-            return Load(built[n.children[0]], view)
-        args = tuple(body(a) for a in n.children)
-        op = n.op[1:]
-        dt = as_dtype(n.fields[0]) if op == "Cast" else bool_ if op == "LessThan" else \
-            k.dtype(args[0])
-        return Apply(op, dt, args, view.valid)
+            b = Load(built[n.children[0]], view)
+        else:
+            args = tuple(body(a) for a in n.children)
+            op = n.op[1:]
+            dt = as_dtype(n.fields[0]) if op == "Cast" else bool_ if op == "LessThan" else \
+                k.dtype(args[0])
+            b = Apply(op, dt, args, view.valid)
+        bodies[c] = b
+        return b
 
     def buffer(c: int, n: ENode) -> int:
         f = n.fields
@@ -262,3 +281,68 @@ def from_genome(space: SearchSpace, choice: Mapping[int, int] | Sequence[int],
         elif not n.op.startswith("E"):  # bodies are built by the kernel that owns them
             buffer(c, n)
     return k
+
+
+Cost = Callable[[int, ENode], float]
+DUPLICATE_OPS = 4  # seeds: ops a producer with several readers may be recomputed by each
+
+
+def seeds(space: SearchSpace, env: Mapping[str, int]) -> tuple[Cost, Cost]:
+    """Rules of thumb for the search's first genomes (Genomes.preferring). Inline an
+    elementwise producer into a kernel reading it unless that kernel reads it through a
+    broadcast (every element computed again per broadcast step) or the producer has other
+    readers and is not cheap: `DUPLICATE_OPS` ops of recomputation per extra reader at
+    most (so a residual stream is stored now and then, not recomputed from its start).
+    Matrix products are the fused multiply-sum, or (second seed) BLAS calls. `env` gives
+    the dims' sizes. The search times the seeds like any other candidate."""
+    readers: dict[int, int] = {}  # producer class -> kernels reading its buffer (HLIR edges)
+    for nodes in space.classes:
+        for n in nodes:
+            if n.op == "ELoad" and n.fields[0][0] == "Top":
+                readers[n.children[0]] = readers.get(n.children[0], 0) + 1
+    ops: dict[int, int] = {}  # buffer class -> elementwise ops its body inlines (chosen so)
+    decided: dict[int, bool] = {}  # ELoad class -> inline?
+
+    def inline(c: int) -> bool:
+        if c not in decided:
+            load = next((n for n in space.classes[c] if n.op == "ELoad"), None)
+            p = load.children[0] if load is not None else -1
+            if load is None or p not in ops or len(space.classes[c]) == 1:
+                decided[c] = load is None
+            else:
+                view = compose(load.fields[0], {})
+                used = view.index.vars()
+                broadcast = any(f"z{k}" not in used and _numel((e,), env) > 1
+                                for k, e in enumerate(view.shape))
+                decided[c] = not broadcast and \
+                    ops[p] * (readers.get(p, 1) - 1) <= DUPLICATE_OPS
+        return decided[c]
+
+    def body_ops(b: int) -> int:
+        n = next(n for n in space.classes[b] if n.op != "ELoad" or len(space.classes[b]) == 1)
+        if n.op == "ELoad":
+            return 0
+        return 1 + sum(ops.get(space.classes[ch][0].children[0], 0) if inline(ch) else 0
+                       for ch in n.children if space.classes[ch][0].op == "ELoad")
+
+    baseline = {c: 0 for c in range(len(space.classes))}  # cpu_space: unfused first
+    for c, n in extract(space, baseline):  # producers before their readers
+        if n.op in ("KMap", "KOutput"):
+            ops[c] = body_ops(n.children[0])
+
+    def fused(blas: float) -> Cost:
+        def cost(c: int, n: ENode) -> float:
+            if n.op == "KGemm":
+                return blas
+            if n.op.startswith("E") and any(m.op == "ELoad" for m in space.classes[c]):
+                return float((n.op == "ELoad") == inline(c))
+            return 0.0
+        return cost
+    return fused(1.0), fused(-1.0)
+
+
+def _numel(shape: Sequence[Expr], env: Mapping[str, int]) -> float:
+    n = 1.0
+    for e in shape:
+        n *= float(e.eval({d: env.get(d, 64) for d in e.vars()}))
+    return n

@@ -4,24 +4,47 @@ over a preplanned arena, entered by one foreign call per `execute`."""
 from __future__ import annotations
 
 import ctypes
+import dataclasses
+import hashlib
 import os
 import random
+import shlex
+import subprocess
 import sys
 from collections.abc import Mapping, Sequence
+from functools import cache
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import scipy_openblas32
 
-from lumos.egraph import Budget, SearchSpace, build_spaces
+import lumos
+from lumos.artifact import (
+    Artifact,
+    ArtifactError,
+    BucketChoice,
+    graph_fingerprint,
+    load_artifact,
+    save_artifact,
+)
+from lumos.egraph import Budget, ENode, Rules, SearchSpace, build_spaces
 from lumos.egraph.buckets import Combo, bounds, combos, select
 from lumos.errors import BindError
 from lumos.graph import Graph
-from lumos.logs import log
+from lumos.logs import log, warn
 from lumos.runtime.base import Program
-from lumos.runtime.cpu.cc import compile_source, load
+from lumos.runtime.cpu.cc import FLAGS, cache_dir, compile_source, cpu_id, load
 from lumos.runtime.cpu.codegen import Buffer, Kernel, Layout, generate
-from lumos.runtime.cpu.kernels import LOWER, RULES, Kernels, cpu_space, from_genome, from_graph
+from lumos.runtime.cpu.kernels import (
+    LOWER,
+    RULES,
+    Kernels,
+    cpu_space,
+    from_genome,
+    from_graph,
+    seeds,
+)
 from lumos.runtime.cpu.plan import ALIGN, plan
 from lumos.search import GeneticSearch, Genome, Genomes
 from lumos.search.options import CompileOptions
@@ -122,7 +145,8 @@ class CpuRuntime:
     """Generated C kernels compiled with the system compiler. The graph goes through the
     e-graph (one SearchSpace per dim bucket); without options each bucket takes the
     baseline program (one kernel per node, no fusion), with CompileOptions a timed search
-    (lumos.runtime.cpu.tune) picks the fastest correct one."""
+    (lumos.runtime.cpu.tune) picks the fastest correct one. The choices are saved as an
+    artifact and reused by later compiles of the same graph (CompileOptions.cache)."""
 
     name = "cpu"
     rules = RULES
@@ -133,22 +157,126 @@ class CpuRuntime:
 
         opts = options or CompileOptions()
         buckets = combos(graph.dims, opts.dim_buckets)
-        budget = Budget(opts.max_enodes, opts.max_iterations, opts.saturation_time_limit)
         rules = self.rules if options is not None else LOWER  # the baseline fuses nothing
+        saved = ArtifactCache(graph, rules, options) if caching(opts) else None
+        hit = saved.load(buckets) if saved is not None else None
+        if hit is not None:
+            return CpuProgram(graph, buckets, [build(from_genome(s, [0] * len(s.classes),
+                                                                 graph.dims)) for s in hit])
+        budget = Budget(opts.max_enodes, opts.max_iterations, opts.saturation_time_limit)
         spaces = [cpu_space(s, graph.dims) for s in  # the bounds from_genome decodes with
                   build_spaces(graph, [bounds(c) for c in buckets], rules, budget)]
-        programs = []
+        programs, genomes = [], []
         with Sandbox() as box:
             for combo, space in zip(buckets, spaces, strict=True):
                 def realize(genome: Genome, space: SearchSpace = space) -> CompiledProgram:
                     return build(from_genome(space, genome, graph.dims))
                 if options is None:
-                    programs.append(realize(Genomes(space).baseline(random.Random(0))))
+                    genomes.append(Genomes(space).baseline(random.Random(0)))
+                    programs.append(realize(genomes[-1]))
                     continue
                 env = {d: b.representative for d, b in combo.items()}
-                search = GeneticSearch(space, opts)
+                search = GeneticSearch(space, opts, seeds=seeds(space, env))
                 programs.append(tune(graph, search, realize, env, box))
+                genomes.append(search.best()[0])  # the genome of the program tune returned
+        if saved is not None:
+            saved.save(buckets, spaces, genomes)
         return CpuProgram(graph, buckets, programs)
+
+
+def caching(options: CompileOptions) -> bool:
+    """The artifact cache is on: `options.cache` and not LUMOS_ARTIFACTS=off."""
+    return options.cache and os.environ.get("LUMOS_ARTIFACTS", "").strip().lower() != "off"
+
+
+class ArtifactCache:
+    """The artifact of one compile: `$LUMOS_CACHE/artifacts/<key>.lar`, the key hashing the
+    graph fingerprint and `signature` (a changed compiler, rule, lumos source or option
+    is another file; the artifact repeats both, and loading checks them)."""
+
+    def __init__(self, graph: Graph, rules: Rules, options: CompileOptions | None) -> None:
+        self.graph = graph_fingerprint(graph)
+        self.signature = signature(rules, options)
+        key = hashlib.sha256(repr((self.graph, sorted(self.signature.items()))).encode())
+        self.path = cache_dir().parent / "artifacts" / f"{key.hexdigest()[:32]}.lar"
+
+    def load(self, buckets: list[Combo]) -> list[SearchSpace] | None:
+        """Per bucket the saved program as a space of one alternative per class, or None
+        when there is no artifact or it cannot be used (a warning: it is recompiled)."""
+        if not self.path.exists():
+            return None
+        try:
+            art = load_artifact(self.path, self.graph, self.signature)
+            if [b.bucket for b in art.buckets] != [dict(c) for c in buckets]:
+                raise ArtifactError(f"artifact {str(self.path)!r} holds other dim buckets")
+            spaces = [saved_space(b.program, self.path) for b in art.buckets]
+        except ArtifactError as e:
+            warn(f"{e}; compiling again")
+            return None
+        log("cache", f"loaded compiled program from {self.path}")
+        return spaces
+
+    def save(self, buckets: list[Combo], spaces: list[SearchSpace],
+             genomes: list[Genome]) -> None:
+        try:
+            choices = [BucketChoice.of(s, g, c)
+                       for c, s, g in zip(buckets, spaces, genomes, strict=True)]
+        except ArtifactError as e:
+            warn(f"the compiled program is not cached: {e}")
+            return
+        save_artifact(self.path, Artifact(self.graph, self.signature, choices))
+        log("cache", f"saved compiled program to {self.path}")
+
+
+def saved_space(program: Sequence[tuple[int, ENode]], path: Path) -> SearchSpace:
+    """A saved program (`extract` output: children first, the root last) as a space with
+    one alternative per class, renumbered 0..n-1 in program order."""
+    ids: dict[int, int] = {}
+    classes: list[list[ENode]] = []
+    for c, n in program:
+        if c in ids or any(k not in ids for k in n.children):
+            raise ArtifactError(f"artifact {str(path)!r} holds a program that is not in "
+                                "children-first order")
+        ids[c] = len(classes)
+        classes.append([ENode(n.op, n.fields, tuple(ids[k] for k in n.children))])
+    if not classes or classes[-1][0].op != "Root":
+        raise ArtifactError(f"artifact {str(path)!r} holds a program without a root")
+    return SearchSpace(classes, len(classes) - 1)
+
+
+def signature(rules: Rules, options: CompileOptions | None) -> dict[str, str]:
+    """What, besides the graph, decides the compiled program: the compiler, this CPU, the
+    rules, the lumos sources, and the options (None: the baseline, no search)."""
+    opts = None if options is None else sorted(
+        (f.name, getattr(options, f.name)) for f in dataclasses.fields(options)
+        if f.name != "cache")
+    return {"runtime": "cpu", "cc": compiler(os.environ.get("CC") or "cc"),
+            "flags": " ".join(FLAGS), "openblas": scipy_openblas32.__version__,
+            "cpu": hashlib.sha256(cpu_id().encode()).hexdigest()[:16],
+            "rules": hashlib.sha256(repr(rules).encode()).hexdigest()[:16],
+            "lumos": sources_hash(), "options": repr(opts)}
+
+
+@cache
+def compiler(cc: str) -> str:
+    """The C compiler's command and the first line of its `--version`."""
+    try:
+        out = subprocess.run([*shlex.split(cc), "--version"], capture_output=True, text=True,
+                             timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        out = ""
+    return f"{cc}: {next(iter(out.splitlines()), '')}"
+
+
+@cache
+def sources_hash() -> str:
+    """sha256 over lumos's Python and rule files: an edit to rules, codegen or decoding
+    makes earlier artifacts misses."""
+    root = Path(lumos.__file__).parent
+    h = hashlib.sha256()
+    for p in sorted(q for q in root.rglob("*") if q.suffix in (".py", ".egg")):
+        h.update(str(p.relative_to(root)).encode() + b"\0" + p.read_bytes() + b"\0")
+    return h.hexdigest()[:16]
 
 
 class CpuProgram(Program):
