@@ -1,19 +1,59 @@
-"""Timing shared by the benchmark scripts (run as `python benchmarks/NAME.py`)."""
+"""Timing and the DRAM yardstick shared by the benchmark scripts (run as
+`python benchmarks/NAME.py`)."""
 
 from __future__ import annotations
 
+import os
 import statistics
+import threading
 import time
 from collections.abc import Callable
 
+import numpy as np
 
-def median_time(fn: Callable[[], object], repeats: int, warmup: int = 1) -> float:
-    """Median wall time of `fn` in seconds over `repeats` runs, after `warmup` runs."""
+
+def median_time(fn: Callable[[], object], repeats: int, warmup: int = 1,
+                before: Callable[[], object] | None = None) -> float:
+    """Median wall time of `fn` in seconds over `repeats` runs, after `warmup` runs;
+    `before` (untimed) runs before each timed run."""
     for _ in range(warmup):
         fn()
     times = []
     for _ in range(repeats):
+        if before is not None:
+            before()
         t0 = time.perf_counter()
         fn()
         times.append(time.perf_counter() - t0)
     return statistics.median(times)
+
+
+_FLUSH: list[np.ndarray] = []
+
+
+def evict_caches() -> None:
+    """Read a 1 GiB array (allocated once), so that what a timed run reads next comes from
+    DRAM: the last-level cache of the machines here can hold 128 MiB."""
+    if not _FLUSH:
+        _FLUSH.append(np.ones((1 << 30) // 4, np.float32))
+    _FLUSH[0].max()
+
+
+def read_bandwidth(repeats: int) -> tuple[float, int]:
+    """Bytes/s of numpy's max (a SIMD reduction, memory-bound) over a 256 MiB f32 array
+    split across t threads (numpy releases the GIL in it): the median time of the best t
+    in 1..CPUs, and that t."""
+    a = np.ones((256 << 20) // 4, np.float32)
+    best = (0.0, 1)
+    for threads in range(1, (os.cpu_count() or 1) + 1):
+        parts = np.array_split(a, threads)
+
+        def run(parts: list[np.ndarray] = parts) -> None:
+            ts = [threading.Thread(target=np.max, args=(p,)) for p in parts]
+            for t in ts:
+                t.start()
+            for t in ts:
+                t.join()
+
+        best = max(best, (a.nbytes / median_time(run, repeats), threads))
+    return best

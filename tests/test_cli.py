@@ -46,6 +46,25 @@ def test_run_smollm2_chat(smollm2, capsys):
     assert "Paris" in capsys.readouterr().out
 
 
+def test_bench_smollm2(smollm2, capsys):
+    """`lumos bench`: the bytes a decode step reads are the file's packed weights plus the
+    f32 KV cache at its average length (2 prompt + 2 / 2 decode positions)."""
+    from lumos.io import GGUFFile
+
+    assert cli.main(["bench", "smollm2", *SMALL, "--prefill-tokens", "4", "--prompt-tokens",
+                     "2", "--decode-tokens", "2", "--rounds", "1"]) == 0
+    lines = dict(line.split(maxsplit=1) for line in
+                 capsys.readouterr().out.replace("bytes per token", "bytes").splitlines())
+    assert lines["model"] == "smollm2 on the reference runtime"
+    assert lines["prefill"].endswith(" ms for 4 tokens")
+    assert float(lines["decode"].split()[0]) > 0
+    kv = 30 * 2 * 3 * 64 * 4 * 3  # layers, K and V, KV heads, head dim, f32, positions
+    weights = GGUFFile(smollm2).nbytes()
+    assert lines["bytes"] == (f"{(weights + kv) / 1e6:.1f} MB (weights {weights / 1e6:.1f} MB "
+                              f"packed, KV cache {kv / 1e6:.1f} MB)")
+    assert "measured copy bandwidth" in lines["bandwidth"]
+
+
 def test_bad_input(smollm2, capsys, tmp_path, monkeypatch):
     assert "unknown model 'gpt5' (known: " in error_of(capsys, ["run", "gpt5", "hi", *SMALL])
     assert "missing.gguf: no such weight file" in error_of(

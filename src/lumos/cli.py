@@ -163,10 +163,11 @@ def dram_bandwidth(seconds: float = 0.5) -> float:
             return best
 
 
-def cmd_bench(args: argparse.Namespace) -> int:
-    bw = dram_bandwidth()  # first: a runtime's idle worker threads would slow it down
-    pre = load_llm(args.model, args.context)
-    gen = _generator(args, pre)
+def bench_llm(pre: Any, gen: Any, prompt_tokens: int = 16, prefill_tokens: int = 128,
+              decode_tokens: int = 32, rounds: int = 3) -> dict[str, float]:
+    """Median prefill latency (s) of `prefill_tokens` random tokens, median decode tok/s of
+    `decode_tokens` steps after a `prompt_tokens` prompt, and the bytes a decode step reads:
+    the bound weights plus the KV cache (f32, its average length over the steps)."""
     rng = np.random.default_rng(0)
     vocab = pre.model.config.vocab_size
 
@@ -174,29 +175,37 @@ def cmd_bench(args: argparse.Namespace) -> int:
         return rng.integers(3, vocab, n).tolist()
 
     prefill = []
-    for _ in range(args.rounds):
+    for _ in range(rounds):
         gen.reset()
         t0 = time.perf_counter()
-        gen(prompt(args.prefill_tokens))
+        gen(prompt(prefill_tokens))
         prefill.append(time.perf_counter() - t0)
     decode = []
-    for _ in range(args.rounds):
+    for _ in range(rounds):
         gen.reset()
-        gen(prompt(args.prompt_tokens))
+        gen(prompt(prompt_tokens))
         t0 = time.perf_counter()
-        for t in prompt(args.decode_tokens):
+        for t in prompt(decode_tokens):
             gen([t])
-        decode.append(args.decode_tokens / (time.perf_counter() - t0))
+        decode.append(decode_tokens / (time.perf_counter() - t0))
     c = pre.model.config
-    kv = 2 * c.num_layers * c.num_kv_heads * c.head_dim * 4 * (
-        args.prompt_tokens + args.decode_tokens / 2)  # cache bytes read per token, average
-    per_token = gen.weight_bytes + kv
-    tps = float(np.median(decode))
+    kv = 2 * c.num_layers * c.num_kv_heads * c.head_dim * 4 * (prompt_tokens + decode_tokens / 2)
+    return {"prefill_s": float(np.median(prefill)), "decode_tok_s": float(np.median(decode)),
+            "weight_bytes": gen.weight_bytes, "kv_bytes_per_token": kv,
+            "bytes_per_token": gen.weight_bytes + kv}
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    bw = dram_bandwidth()  # first: a runtime's idle worker threads would slow it down
+    pre = load_llm(args.model, args.context)
+    r = bench_llm(pre, _generator(args, pre), args.prompt_tokens, args.prefill_tokens,
+                  args.decode_tokens, args.rounds)
+    tps, per_token = r["decode_tok_s"], r["bytes_per_token"]
     print(f"model            {args.model} on the {args.runtime} runtime")
-    print(f"prefill          {np.median(prefill) * 1e3:.1f} ms for {args.prefill_tokens} tokens")
+    print(f"prefill          {r['prefill_s'] * 1e3:.1f} ms for {args.prefill_tokens} tokens")
     print(f"decode           {tps:.2f} tok/s after a {args.prompt_tokens}-token prompt")
-    print(f"bytes per token  {per_token / 1e6:.1f} MB (weights {gen.weight_bytes / 1e6:.1f} "
-          f"MB packed, KV cache {kv / 1e6:.1f} MB)")
+    print(f"bytes per token  {per_token / 1e6:.1f} MB (weights {r['weight_bytes'] / 1e6:.1f} "
+          f"MB packed, KV cache {r['kv_bytes_per_token'] / 1e6:.1f} MB)")
     print(f"bandwidth        {per_token * tps / 1e9:.2f} GB/s = "
           f"{per_token * tps / bw:.1%} of {bw / 1e9:.1f} GB/s measured copy bandwidth")
     return 0

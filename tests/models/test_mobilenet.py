@@ -1,5 +1,5 @@
 """MobileNetV2: lumos' top-5 and probabilities on two generated images (a batch) against
-PyTorch running torchvision's layout (defined here) on the same weights."""
+PyTorch running torchvision's layout (lumos.models.mobilenet_torch) on the same weights."""
 
 from __future__ import annotations
 
@@ -14,44 +14,8 @@ from lumos.models import mobilenet
 from tests.models.weights import require
 
 torch = pytest.importorskip("torch")
-nn = torch.nn
 Image = pytest.importorskip("PIL.Image")
-
-
-def conv_bn(cin: int, cout: int, k: int = 3, stride: int = 1, groups: int = 1) -> nn.Module:
-    return nn.Sequential(nn.Conv2d(cin, cout, k, stride, (k - 1) // 2, groups=groups,
-                                   bias=False), nn.BatchNorm2d(cout), nn.ReLU6())
-
-
-class InvertedResidual(nn.Module):
-    def __init__(self, cin: int, cout: int, stride: int, t: int) -> None:
-        super().__init__()
-        layers = [conv_bn(cin, cin * t, 1)] if t != 1 else []
-        self.conv = nn.Sequential(*layers, conv_bn(cin * t, cin * t, 3, stride, cin * t),
-                                  nn.Conv2d(cin * t, cout, 1, bias=False), nn.BatchNorm2d(cout))
-        self.res = stride == 1 and cin == cout
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x + self.conv(x) if self.res else self.conv(x)
-
-
-class TorchMobileNetV2(nn.Module):
-    """torchvision.models.mobilenet_v2's module layout (torchvision is not installed)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        layers, cin = [conv_bn(3, 32, 3, 2)], 32
-        for t, c, n, s in [(1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2),
-                           (6, 96, 3, 1), (6, 160, 3, 2), (6, 320, 1, 1)]:
-            for i in range(n):
-                layers.append(InvertedResidual(cin, c, s if i == 0 else 1, t))
-                cin = c
-        self.features = nn.Sequential(*layers, conv_bn(cin, 1280, 1))
-        self.classifier = nn.Sequential(nn.Dropout(0.2), nn.Linear(1280, 1000))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = nn.functional.adaptive_avg_pool2d(self.features(x), 1).flatten(1)
-        return self.classifier(x)
+from lumos.models import mobilenet_torch  # noqa: E402  (needs torch)
 
 
 def pictures(folder: Path) -> list[Path]:
@@ -77,8 +41,7 @@ def test_top5_matches_torch(images: list[Path]) -> None:
     assert batch.shape == (2, 3, 224, 224) and batch.dtype == np.float32
     clf = mobilenet.Classifier(max_batch=2)
     got = clf.probabilities(batch)
-    ref = TorchMobileNetV2().eval()
-    ref.load_state_dict(torch.load(weights, weights_only=True))  # strict: the layout is right
+    ref = mobilenet_torch.load(weights)  # strict: the layout is right
     with torch.no_grad():
         want = ref(torch.from_numpy(batch)).softmax(-1).numpy()
     np.testing.assert_allclose(got, want, atol=1e-4, rtol=0)

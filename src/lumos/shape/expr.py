@@ -224,11 +224,12 @@ def sym(x: IntLike | str) -> Expr:
     raise TypeError(f"cannot use {x!r} ({type(x).__name__}) as a symbolic integer")
 
 
-_AXIS = re.compile(r"z[0-9]+")
+_AXIS = re.compile(r"z(?:[0-9]+|r[0-9]*|p|g[0-9]+)")  # and the CPU codegen's zr, zr<k>, zp, zg<k>
 
 
 def is_axis_var(name: str) -> bool:
-    """Axis variables are named z0, z1, ...; named dimensions may not look like that."""
+    """Axis variables are named z0, z1, ... (loop variables of generated code: zr, zr0,
+    zp, zg0, ...); named dimensions may not look like that."""
     return _AXIS.fullmatch(name) is not None
 
 
@@ -357,6 +358,25 @@ def _split_multiples(p: Poly, mono: tuple, coeff: int) -> tuple[Poly, Poly]:
     return q, r
 
 
+def _split_poly(p: Poly, b: Poly) -> tuple[Poly, Poly]:
+    """Split p into q * b + r for a polynomial b (e.g. 64 + 64*s), q taking the multiples
+    of b whose every term is found intact in p."""
+    lm, lc = max(b.items(), key=lambda mc: (len(mc[0]), [a._key for a in mc[0]]))
+    q: Poly = {}
+    r = dict(p)
+    for m, c in p.items():
+        rest = _divides(m, lm)
+        if m not in r or rest is None or c % lc:
+            continue
+        k = c // lc
+        prod = {tuple(sorted(rest + bm, key=lambda x: x._key)): k * bc for bm, bc in b.items()}
+        if all(r.get(pm) == pc for pm, pc in prod.items()):
+            for pm in prod:
+                del r[pm]
+            q[rest] = q.get(rest, 0) + k
+    return q, r
+
+
 def fdiv(a: Expr, b: Expr) -> Expr:
     if b.op == "num":
         if b.args[0] == 0:
@@ -371,6 +391,9 @@ def fdiv(a: Expr, b: Expr) -> Expr:
         return ONE
     t = _single_term(b)
     if t is None:
+        q, r = _split_poly(_poly(a), _poly(b)) if b.op == "sum" else ({}, {})
+        if q:  # (q*b + r) // b -> q + r // b
+            return _add(_from_poly(q), fdiv(_from_poly(r), b))
         return _make("fdiv", (a, b))
     bm, bc = t
     p = _poly(a)
@@ -401,7 +424,8 @@ def mod(a: Expr, b: Expr) -> Expr:
         return ZERO
     t = _single_term(b)
     if t is None:
-        return _make("mod", (a, b))
+        q, r = _split_poly(_poly(a), _poly(b)) if b.op == "sum" else ({}, {})
+        return mod(_from_poly(r), b) if q else _make("mod", (a, b))
     bm, bc = t
     p = _poly(a)
     g = math.gcd(bc, *p.values())

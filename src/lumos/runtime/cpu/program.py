@@ -287,6 +287,7 @@ class CpuProgram(Program):
         super().__init__(graph)
         self.buckets, self.programs = buckets, programs
         self._by_name = {n.name: i for i, n in enumerate(graph.nodes) if n.op == "Input"}
+        self._spare: dict[int, np.ndarray] = {}  # by output: scratch when it is fed back
 
     @property
     def compiled(self) -> CompiledProgram:
@@ -296,6 +297,12 @@ class CpuProgram(Program):
     def _run(self, env: dict[str, int]) -> None:
         c = self.programs[select(self.buckets, env)]
         inputs = [self._data[self._by_name[name]] for name in c.layout.input_names]
+        starts = np.array([a.ctypes.data for a in inputs] or [0], np.int64)
+        ends = starts + np.array([a.nbytes for a in inputs] or [0], np.int64)
+
+        def aliased(a: np.ndarray) -> bool:  # overlaps an input's memory
+            return bool(np.any((starts < a.ctypes.data + a.nbytes) & (ends > a.ctypes.data)))
+
         buffers, results = [], []
         for o, b in zip(self.graph.outputs, c.layout.outputs, strict=True):
             shape = c.shape(b, env)
@@ -305,8 +312,11 @@ class CpuProgram(Program):
             keep = prev is not None and prev.shape == shape and (
                 self.graph.nodes[o].persist or sys.getrefcount(prev) <= 3)
             result = prev if keep else np.empty(shape, b.dtype.np)
-            if keep and any(np.may_share_memory(result, a) for a in inputs):
-                buffers.append(np.empty(shape, b.dtype.np))  # an input aliases it: copy after
+            if keep and aliased(result):  # fed back as an input (a KV cache): write a
+                spare = self._spare.get(o)  # scratch buffer, copy after the run
+                if spare is None or spare.shape != shape:
+                    spare = self._spare[o] = np.empty(shape, b.dtype.np)
+                buffers.append(spare)
             else:
                 buffers.append(result)
             results.append(result)

@@ -1,0 +1,431 @@
+"""Benchmark: whole models on lumos against peers on the same weights (issue 5).
+
+    smollm2   SmolLM2-135M-Instruct, GGUF Q4_1: decode tok/s after a 16-token prompt (32
+              steps), prefill latency of 128 tokens, and the bytes a decode step reads
+              with the fraction of the DRAM read bandwidth they imply. Peers: llama.cpp
+              (the `llama_cpp` module, when installed), transformers fp32 eager and
+              transformers + torch.compile (both on the GGUF's dequantized weights, a
+              static KV cache, logits of the last token only).
+    minilm    all-MiniLM-L6-v2, a batch of 32 x 128 tokens: sentences/s. Peers: torch eager
+              (transformers' BertModel + the same pooling), inductor, onnxruntime (when
+              installed; the eager model exported to ONNX).
+    mobilenet MobileNetV2, a batch of 8 x 224x224: images/s. Peers: torch eager, inductor.
+
+lumos runs through the library's own entry points (`lumos.cli.bench_llm`, the
+SentenceEncoder and Classifier); `--search N` times N candidates per dim bucket (0: the
+runtime's default program; a compile that finds the program in the artifact cache is
+quick: LUMOS_ARTIFACTS=off compiles anew). Its output is checked against the eager peer's before any
+timing counts. Every system is timed in the same run (medians of `--rounds`); ratios
+are lumos' throughput over the peer's (> 1: lumos is faster). Inductor compiles with
+freezing (weights as constants), its fastest inference setting on CPU. A model or peer
+that fails records its error and the run goes on. OMP_WAIT_POLICY defaults to passive
+(recorded). Writes results/models.json. A full run takes 10-20 minutes on 2 cores.
+
+    .venv/bin/python benchmarks/models.py [--models smollm2 minilm mobilenet]
+        [--runtime cpu|reference] [--search 0] [--rounds 3] [--peers ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from common import median_time, read_bandwidth
+
+from lumos.search import CompileOptions
+
+PROMPT, PREFILL, DECODE, CONTEXT = 16, 128, 32, 256
+MINILM_BATCH, MINILM_SEQ, MOBILENET_BATCH = 32, 128, 8
+PEERS = ("llama.cpp", "eager", "inductor", "onnxruntime")
+# measure -> (unit, whether higher is better)
+MEASURES = {"decode_tok_s": ("tok/s", True), "prefill_s": ("ms", False),
+            "sentences_s": ("sent/s", True), "images_s": ("img/s", True)}
+
+
+def error_text(e: BaseException) -> str:
+    return f"{type(e).__name__}: {str(e).strip()[:300]}"
+
+
+def runtime(name: str) -> Any:
+    from lumos.runtime import CpuRuntime, ReferenceRuntime
+
+    return CpuRuntime() if name == "cpu" else ReferenceRuntime()
+
+
+def options(search: int, buckets: dict[str, list[tuple[int, int, int]]]) -> Any:
+    """The search's options (timing at the benchmarked sizes), or None for no search."""
+    return CompileOptions(limit=search, dim_buckets=buckets) if search else None
+
+
+def peer(systems: dict, name: str, wanted: set[str], fn: Callable[[], dict]) -> None:
+    """Run one peer's measurement into `systems[name]`: its numbers, or why it has none."""
+    if name.split(" ")[-1] not in wanted:
+        systems[name] = {"skipped": "not in --peers"}
+        return
+    try:
+        systems[name] = fn()
+    except ImportError as e:
+        systems[name] = {"skipped": f"not installed ({e.name or e})"}
+    except Exception as e:  # record, and go on with the other peers
+        systems[name] = {"error": error_text(e)}
+
+
+def inductor(fn: Callable, *args: Any) -> tuple[Callable, float]:
+    """fn compiled with torch.compile (inductor), and the seconds its first call took."""
+    import torch
+
+    compiled = torch.compile(fn, backend="inductor", dynamic=False)
+    t0 = time.perf_counter()
+    compiled(*args)
+    return compiled, time.perf_counter() - t0
+
+
+# -- SmolLM2 --------------------------------------------------------------------------------
+
+def hf_llm(m: Any, prompt: list[int], prefill: list[int], steps: list[int],
+           rounds: int) -> dict:
+    """transformers' prefill latency (one forward, no cache) and decode tok/s (a static
+    cache: the prompt, then one token per step), logits of the last token only."""
+    import torch
+    from transformers import StaticCache
+
+    cache = StaticCache(config=m.config, max_cache_len=CONTEXT)
+    ids = torch.tensor([prefill])
+
+    def decode() -> float:
+        cache.reset()
+        m(input_ids=torch.tensor([prompt]), past_key_values=cache, use_cache=True,
+          cache_position=torch.arange(len(prompt)), logits_to_keep=1)
+        t0 = time.perf_counter()
+        for i, t in enumerate(steps):
+            m(input_ids=torch.tensor([[t]]), past_key_values=cache, use_cache=True,
+              cache_position=torch.tensor([len(prompt) + i]), logits_to_keep=1)
+        return len(steps) / (time.perf_counter() - t0)
+
+    with torch.no_grad():
+        t0 = time.perf_counter()
+        m(ids, use_cache=False, logits_to_keep=1)
+        decode()
+        first_s = time.perf_counter() - t0  # includes compiling, when compiled
+        prefill_s = median_time(lambda: m(ids, use_cache=False, logits_to_keep=1), rounds)
+        tok_s = float(np.median([decode() for _ in range(rounds)]))
+    return {"decode_tok_s": tok_s, "prefill_s": prefill_s, "first_calls_s": first_s}
+
+
+def llama_cpp_llm(path: Path, prompt: list[int], prefill: list[int], steps: list[int],
+                  rounds: int) -> dict:
+    """llama.cpp through llama-cpp-python, one thread per CPU. Its AMX weight repacking
+    (extra buffer types) crashes on Q4_1 here, so it loads with use_extra_bufts off."""
+    import llama_cpp
+    from llama_cpp import llama_cpp as lib
+
+    default = lib.llama_model_default_params
+
+    def params() -> Any:
+        p = default()
+        p.use_extra_bufts = False
+        return p
+
+    lib.llama_model_default_params = params
+    try:
+        t0 = time.perf_counter()
+        llm = llama_cpp.Llama(str(path), n_ctx=CONTEXT, n_threads=os.cpu_count(),
+                              n_threads_batch=os.cpu_count(), verbose=False)
+        load_s = time.perf_counter() - t0
+    finally:
+        lib.llama_model_default_params = default
+
+    def run_prefill() -> None:
+        llm.reset()
+        llm.eval(prefill)
+
+    def decode() -> float:
+        llm.reset()
+        llm.eval(prompt)
+        t0 = time.perf_counter()
+        for t in steps:
+            llm.eval([t])
+        return len(steps) / (time.perf_counter() - t0)
+
+    decode()
+    return {"decode_tok_s": float(np.median([decode() for _ in range(rounds)])),
+            "prefill_s": median_time(run_prefill, rounds), "load_s": load_s,
+            "version": getattr(llama_cpp, "__version__", "?")}
+
+
+def smollm2(args: argparse.Namespace, read_bps: float) -> dict:
+    from lumos.cli import bench_llm
+    from lumos.generate import Generator
+    from lumos.models import llama
+
+    pre = llama.load(llama.smollm2_path(), max_context=CONTEXT)
+    t0 = time.perf_counter()
+    gen = Generator(pre.model, pre.state, runtime(args.runtime), max_prefill=PREFILL,
+                    options=options(args.search, {}))
+    compile_s = time.perf_counter() - t0
+    lumos = bench_llm(pre, gen, PROMPT, PREFILL, DECODE, args.rounds)
+    lumos["compile_s"] = compile_s
+    rng = np.random.default_rng(1)
+    vocab = pre.model.config.vocab_size
+    prompt, prefill, steps = (rng.integers(3, vocab, n).tolist() for n in (PROMPT, PREFILL,
+                                                                           DECODE))
+    gen.reset()
+    got = gen(prompt)
+    r: dict = {"what": f"decode after a {PROMPT}-token prompt ({DECODE} steps), prefill of "
+                       f"{PREFILL} tokens", "systems": {"lumos": lumos}}
+    r["decode_bytes_per_token"] = lumos["bytes_per_token"]
+    r["decode_fraction_of_read_bandwidth"] = lumos["bytes_per_token"] * \
+        lumos["decode_tok_s"] / read_bps
+    del gen
+    wanted = set(args.peers)
+    peer(r["systems"], "llama.cpp", wanted,
+         lambda: llama_cpp_llm(pre.path, prompt, prefill, steps, args.rounds))
+
+    import torch
+    from transformers import LlamaForCausalLM
+
+    m = LlamaForCausalLM.from_pretrained(pre.path.parent, gguf_file=pre.path.name,
+                                         dtype=torch.float32, attn_implementation="eager").eval()
+    with torch.no_grad():
+        want = m(torch.tensor([prompt]), logits_to_keep=1).logits[0, -1].numpy()
+    rel = float(np.abs(got - want).max() / np.abs(want).max())
+    r["check"] = {"vs": "transformers eager, logits after the prompt",
+                  "max_rel_err": rel, "tolerance": 1e-3, "ok": rel < 1e-3}
+    peer(r["systems"], "transformers eager", wanted,
+         lambda: hf_llm(m, prompt, prefill, steps, args.rounds))
+
+    def compiled() -> dict:
+        m.forward = torch.compile(m.forward, backend="inductor", dynamic=False)
+        return hf_llm(m, prompt, prefill, steps, args.rounds)
+
+    peer(r["systems"], "transformers inductor", wanted, compiled)
+    return r
+
+
+# -- MiniLM ---------------------------------------------------------------------------------
+
+def minilm(args: argparse.Namespace, read_bps: float) -> dict:
+    import torch
+    from transformers import BertModel
+
+    from lumos.models import bert
+    from lumos.models.packages import package_dir
+
+    folder = package_dir(bert.PACKAGE) / "model"
+    t0 = time.perf_counter()
+    enc = bert.SentenceEncoder(folder, runtime(args.runtime), MINILM_BATCH, options(
+        args.search, {"batch": [(1, MINILM_BATCH, MINILM_BATCH)],
+                      "seq": [(1, 512, MINILM_SEQ)]}))
+    compile_s = time.perf_counter() - t0
+    ids = np.random.default_rng(0).integers(1000, 30000, (MINILM_BATCH, MINILM_SEQ))
+    mask = np.ones_like(ids)
+    got = enc.embed(ids, mask).copy()
+    lumos = {"compile_s": compile_s,
+             "sentences_s": MINILM_BATCH / median_time(lambda: enc.embed(ids, mask),
+                                                       args.rounds)}
+    r: dict = {"what": f"batch {MINILM_BATCH} x {MINILM_SEQ} tokens", "systems": {"lumos": lumos}}
+
+    class Embed(torch.nn.Module):
+        """BertModel, then sentence-transformers' mean pooling and normalization."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.bert = BertModel.from_pretrained(folder, add_pooling_layer=False).eval()
+
+        def forward(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+            states = self.bert(input_ids=ids, attention_mask=mask).last_hidden_state
+            m = mask.unsqueeze(-1).to(states.dtype)
+            mean = (states * m).sum(1) / m.sum(1).clamp(min=1e-9)
+            return torch.nn.functional.normalize(mean, dim=-1)
+
+    model, tid, tmask = Embed(), torch.from_numpy(ids), torch.from_numpy(mask)
+    with torch.no_grad():
+        want = model(tid, tmask).numpy()
+    err = float(np.abs(got - want).max())
+    r["check"] = {"vs": "transformers BertModel + pooling", "max_abs_err": err,
+                  "tolerance": 1e-4, "ok": err < 1e-4}
+
+    def rate(fn: Callable[[], Any]) -> float:
+        with torch.no_grad():
+            return MINILM_BATCH / median_time(fn, args.rounds)
+
+    def compiled() -> dict:
+        with torch.no_grad():
+            fn, first_s = inductor(model, tid, tmask)
+        return {"sentences_s": rate(lambda: fn(tid, tmask)), "first_call_s": first_s}
+
+    def ort() -> dict:
+        import onnxruntime
+
+        with tempfile.TemporaryDirectory() as tmp:
+            path = Path(tmp) / "minilm.onnx"
+            torch.onnx.export(model, (tid, tmask), str(path), input_names=["ids", "mask"],
+                              output_names=["embedding"], dynamo=False)
+            so = onnxruntime.SessionOptions()
+            so.intra_op_num_threads = os.cpu_count() or 1
+            sess = onnxruntime.InferenceSession(str(path), so,
+                                                providers=["CPUExecutionProvider"])
+        feed = {"ids": ids.astype(np.int64), "mask": mask.astype(np.int64)}
+        out = sess.run(None, feed)[0]
+        return {"sentences_s": MINILM_BATCH / median_time(lambda: sess.run(None, feed),
+                                                          args.rounds),
+                "max_abs_err_vs_eager": float(np.abs(out - want).max()),
+                "version": onnxruntime.__version__}
+
+    wanted = set(args.peers)
+    peer(r["systems"], "torch eager", wanted,
+         lambda: {"sentences_s": rate(lambda: model(tid, tmask))})
+    peer(r["systems"], "torch inductor", wanted, compiled)
+    peer(r["systems"], "onnxruntime", wanted, ort)
+    return r
+
+
+# -- MobileNetV2 ----------------------------------------------------------------------------
+
+def mobilenet(args: argparse.Namespace, read_bps: float) -> dict:
+    import torch
+
+    from lumos.models import mobilenet as mn
+    from lumos.models import mobilenet_torch
+    from lumos.models.packages import package_dir
+
+    weights = package_dir(mn.PACKAGE) / mn.WEIGHTS
+    t0 = time.perf_counter()
+    clf = mn.Classifier(weights, runtime(args.runtime), MOBILENET_BATCH, options(
+        args.search, {"batch": [(1, MOBILENET_BATCH, MOBILENET_BATCH)]}))
+    compile_s = time.perf_counter() - t0
+    x = np.random.default_rng(0).standard_normal((MOBILENET_BATCH, 3, 224, 224), np.float32)
+    got = clf.probabilities(x).copy()
+    lumos = {"compile_s": compile_s,
+             "images_s": MOBILENET_BATCH / median_time(lambda: clf.probabilities(x),
+                                                       args.rounds)}
+    r: dict = {"what": f"batch {MOBILENET_BATCH} x 3x224x224, softmax probabilities",
+               "systems": {"lumos": lumos}}
+    model, tx = mobilenet_torch.load(weights), torch.from_numpy(x)
+    probs = lambda a: model(a).softmax(-1)
+    with torch.no_grad():
+        want = probs(tx).numpy()
+    err = float(np.abs(got - want).max())
+    r["check"] = {"vs": "torch (torchvision's layout)", "max_abs_err": err, "tolerance": 1e-4,
+                  "ok": err < 1e-4}
+
+    def rate(fn: Callable[[], Any]) -> float:
+        with torch.no_grad():
+            return MOBILENET_BATCH / median_time(fn, args.rounds)
+
+    def compiled() -> dict:
+        with torch.no_grad():
+            fn, first_s = inductor(probs, tx)
+        return {"images_s": rate(lambda: fn(tx)), "first_call_s": first_s}
+
+    wanted = set(args.peers)
+    peer(r["systems"], "torch eager", wanted, lambda: {"images_s": rate(lambda: probs(tx))})
+    peer(r["systems"], "torch inductor", wanted, compiled)
+    return r
+
+
+MODELS = {"smollm2": smollm2, "minilm": minilm, "mobilenet": mobilenet}
+
+
+def ratios(r: dict) -> dict:
+    """Per measure, lumos' throughput over each peer's (latencies inverted)."""
+    lumos, out = r["systems"]["lumos"], {}
+    for measure, (_, higher) in MEASURES.items():
+        if measure not in lumos:
+            continue
+        out[measure] = {}
+        for name, s in r["systems"].items():
+            if name != "lumos" and measure in s:
+                a, b = lumos[measure], s[measure]
+                out[measure][name] = a / b if higher else b / a
+    return out
+
+
+def show(name: str, value: float, measure: str) -> str:
+    unit = MEASURES[measure][0]
+    v = value * 1e3 if unit == "ms" else value
+    return f"{name:24}{v:10.1f} {unit}"
+
+
+def report(results: dict) -> None:
+    print(f"{results['cpus']} CPUs (load average {results['load_average_1min']:.1f}), lumos "
+          f"runtime {results['runtime']}, search {results['search']}, {results['rounds']} "
+          f"rounds, DRAM read {results['read_gbps']:.1f} GB/s")
+    for model, r in results["models"].items():
+        print(f"\n{model}: {r.get('what', '')}")
+        if "error" in r:
+            print(f"  error: {r['error']}")
+            continue
+        check = r["check"]
+        err = check.get("max_rel_err", check.get("max_abs_err"))
+        print(f"  lumos check vs {check['vs']}: {err:.2e} "
+              f"({'ok' if check['ok'] else 'FAILED'}, tolerance {check['tolerance']:g}); "
+              f"lumos compile {r['systems']['lumos']['compile_s']:.1f} s")
+        for measure, per_peer in r["ratios"].items():
+            print(f"  {measure}")
+            print("    " + show("lumos", r["systems"]["lumos"][measure], measure))
+            for peer_name, ratio in per_peer.items():
+                print("    " + show(peer_name, r["systems"][peer_name][measure], measure) +
+                      f"   lumos {ratio:.2f}x")
+        for peer_name, s in r["systems"].items():
+            for why in ("skipped", "error"):
+                if why in s:
+                    print(f"  {peer_name}: {why}: {s[why]}")
+        if "decode_bytes_per_token" in r:
+            print(f"  decode reads {r['decode_bytes_per_token'] / 1e6:.1f} MB per token: "
+                  f"{r['decode_fraction_of_read_bandwidth']:.1%} of the DRAM read bandwidth")
+
+
+def main() -> None:
+    os.environ.setdefault("OMP_WAIT_POLICY", "passive")  # before any OpenMP runtime loads
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--models", nargs="+", choices=list(MODELS), default=list(MODELS))
+    ap.add_argument("--runtime", choices=("cpu", "reference"), default="cpu")
+    ap.add_argument("--search", type=int, default=0, metavar="N",
+                    help="lumos: time N candidates per dim bucket (0: no search)")
+    ap.add_argument("--rounds", type=int, default=3, help="timed runs per measure (median)")
+    ap.add_argument("--peers", nargs="+", choices=PEERS, default=list(PEERS))
+    args = ap.parse_args()
+    read_bps, threads = read_bandwidth(5)  # first: no runtime's worker threads yet
+    import torch
+    import torch._inductor.config
+    import transformers
+
+    torch._inductor.config.freezing = True
+    transformers.logging.set_verbosity_error()  # unused-weight notices of the peer models
+    results: dict = {
+        "benchmark": "models", "cpus": os.cpu_count(), "load_average_1min": os.getloadavg()[0],
+        "omp_wait_policy": os.environ["OMP_WAIT_POLICY"],
+        "lumos_threads": os.environ.get("LUMOS_NUM_THREADS", "default"),
+        "torch_threads": torch.get_num_threads(), "torch": torch.__version__,
+        "inductor_freezing": True, "runtime": args.runtime, "search": args.search,
+        "rounds": args.rounds, "read_gbps": read_bps / 1e9,
+        "read_yardstick": f"numpy max over a 256 MiB f32 array, {threads} thread(s)",
+        "models": {},
+    }
+    for name in args.models:
+        t0 = time.perf_counter()
+        try:
+            r = MODELS[name](args, read_bps)
+            r["ratios"] = ratios(r)
+        except Exception as e:  # record, and go on with the next model
+            r = {"error": error_text(e)}
+        r["wall_s"] = time.perf_counter() - t0
+        results["models"][name] = r
+        print(f"[{name} done in {r['wall_s']:.0f} s]", flush=True)
+    report(results)
+    out = Path(__file__).resolve().parent / "results" / "models.json"
+    out.write_text(json.dumps(results, indent=2) + "\n")
+    print(f"\nwrote {out}")
+
+
+if __name__ == "__main__":
+    main()
