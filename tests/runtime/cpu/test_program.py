@@ -20,8 +20,8 @@ from tests.runtime.cpu.common import assert_same, execute_both, run_both
 
 def test_symbolic_dims_one_compile_many_sizes(monkeypatch: pytest.MonkeyPatch) -> None:
     calls = []
-    real = program_module.compile_source
-    monkeypatch.setattr(program_module, "compile_source",
+    real = program_module.compile_units
+    monkeypatch.setattr(program_module, "compile_units",
                         lambda src: calls.append(1) or real(src))
     g = lumos.Graph()
     n, m = g.dim("n", 1, 10000), g.dim("m", 1)

@@ -1,10 +1,11 @@
-"""Compiling C into a shared library, cached by source hash, and loading it.
+"""Compiling C into a shared library, cached, and loading it.
 
 `$CC` (default `cc`) with FLAGS, and for source that includes cblas.h, OpenBLAS from the
-scipy-openblas32 package (symbols prefixed `scipy_`, found at run time by rpath); the
-library and its source are kept under `$LUMOS_CACHE/cpu/` (default `~/.cache/lumos/cpu/`)
-as `<hash>.so` / `<hash>.c`, the hash covering the compiler, the flags (the OpenBLAS
-version included), this CPU and the source.
+scipy-openblas32 package (symbols prefixed `scipy_`, found at run time by rpath). Under
+`$LUMOS_CACHE/cpu/` (default `~/.cache/lumos/cpu/`): one object per translation unit
+(`<hash>.o`, from `<hash>.unit.c`) and per program the library `<hash>.so` with all its
+source in `<hash>.c`; the hashes cover the compiler, the flags (the OpenBLAS version
+included), this CPU and the source.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import os
 import platform
 import shlex
 import subprocess
+from collections.abc import Sequence
 from functools import cache
 from pathlib import Path
 
@@ -22,10 +24,11 @@ import scipy_openblas32
 
 from lumos.errors import LumosError
 
-FLAGS = ("-O3", "-march=native", "-fopenmp", "-fPIC", "-shared",
+FLAGS = ("-O3", "-march=native", "-fopenmp", "-fPIC",
          "-fwrapv",  # integer arithmetic wraps, as in numpy
          "-fno-math-errno",  # sqrt inlines; values are unchanged
          "-ffp-contract=off")  # no FMA contraction: rounding as written
+LINK = ("-Wl,-Bsymbolic",)  # a library's calls bind to its own kernels, never another's
 
 
 def blas_flags() -> list[str]:
@@ -55,30 +58,71 @@ def cpu_id() -> str:
 
 
 def compile_source(source: str) -> Path:
-    """The path of the shared library built from C `source` (compiled on a cache miss)."""
+    """The path of the shared library built from one C translation unit."""
+    return compile_units((source,))
+
+
+def compile_units(units: Sequence[str]) -> Path:
+    """The path of the shared library linked from C translation `units`. Each unit is
+    compiled to an object cached by its own hash (`<hash>.o`; a program that differs from
+    an earlier one in a few kernels compiles only those), the missing ones in parallel
+    (`LUMOS_CC_JOBS`, default: the CPU count); the library is cached by the objects'
+    hashes, and `<hash>.c` next to it holds all units for reading."""
     cc = shlex.split(os.environ.get("CC") or "cc")
-    blas = "#include <cblas.h>" in source
-    flags = [*FLAGS, *(blas_flags() if blas else ())]
-    version = scipy_openblas32.__version__ if blas else ""
-    key = hashlib.sha256("\0".join([*cc, *flags, version, cpu_id(), source]).encode()
-                         ).hexdigest()[:32]
+    blas = any("#include <cblas.h>" in u for u in units)
+    link = [*LINK, *(blas_flags() if blas else ())]
+    base = "\0".join([*cc, *FLAGS, scipy_openblas32.__version__ if blas else "", cpu_id()])
+    keys = [hashlib.sha256((base + "\0" + u).encode()).hexdigest()[:32] for u in units]
+    key = hashlib.sha256("\0".join([*keys, *link]).encode()).hexdigest()[:32]
     d = cache_dir()
     lib = d / f"{key}.so"
     if lib.exists():
         return lib
     d.mkdir(parents=True, exist_ok=True)
     src = d / f"{key}.c"
+    _write(src, "\n".join(units))
+    todo = {k: u for k, u in zip(keys, units, strict=True) if not (d / f"{k}.o").exists()}
+    jobs = int(os.environ.get("LUMOS_CC_JOBS") or os.cpu_count() or 1)
+    running: list[tuple[str, subprocess.Popen]] = []
+    failure = None
+    for k, unit in [*todo.items(), *[(None, None)] * jobs]:  # the Nones drain the queue
+        while running and (len(running) >= jobs or k is None):
+            done, proc = running.pop(0)
+            err = proc.communicate()[1]
+            tmp = d / f"{done}.{os.getpid()}.o.tmp"
+            if proc.returncode != 0:
+                tmp.unlink(missing_ok=True)
+                failure = failure or (done, proc.returncode, err)
+            else:
+                os.replace(tmp, d / f"{done}.o")
+        if k is None:
+            continue
+        unit_src = d / f"{k}.unit.c"
+        _write(unit_src, unit)
+        tmp = d / f"{k}.{os.getpid()}.o.tmp"
+        running.append((k, subprocess.Popen(
+            [*cc, *FLAGS, *(blas_flags()[:1] if "#include <cblas.h>" in unit else ()),
+             "-c", "-o", str(tmp), str(unit_src)], stderr=subprocess.PIPE, text=True)))
+    if failure is not None:
+        k, code, err = failure
+        raise CompileError(f"{cc[0]} failed on generated source {d / f'{k}.unit.c'} (part of "
+                           f"{src}, exit {code}):\n{err[-4000:]}")
     tmp = d / f"{key}.{os.getpid()}.tmp"
-    tmp.write_text(source)
-    os.replace(tmp, src)
-    proc = subprocess.run([*cc, *flags, "-o", str(tmp), str(src), "-lm"],
+    proc = subprocess.run([*cc, *FLAGS, "-shared", "-o", str(tmp),
+                           *(str(d / f"{k}.o") for k in dict.fromkeys(keys)), *link, "-lm"],
                           capture_output=True, text=True)
     if proc.returncode != 0:
         tmp.unlink(missing_ok=True)
-        raise CompileError(f"{cc[0]} failed on generated source {src} "
-                           f"(exit {proc.returncode}):\n{proc.stderr[-4000:]}")
+        raise CompileError(f"{cc[0]} failed to link {src} (exit {proc.returncode}):\n"
+                           f"{proc.stderr[-4000:]}")
     os.replace(tmp, lib)
     return lib
+
+
+def _write(path: Path, text: str) -> None:
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
 
 
 @cache

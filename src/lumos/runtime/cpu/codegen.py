@@ -19,6 +19,7 @@ With `LUMOS_LOG=profile` at compile time, the driver also times each kernel call
 
 from __future__ import annotations
 
+import hashlib
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -61,13 +62,7 @@ double log2(double);
 double sin(double);
 #endif
 
-static int lumos_nt = 0;
-void lumos_set_threads(int n) {
-  lumos_nt = n;
-#ifdef LUMOS_BLAS
-  if (n > 0) scipy_openblas_set_num_threads(n);
-#endif
-}
+extern int lumos_nt; /* the thread count, set by the driver's lumos_set_threads */
 static inline int lumos_threads(void) { return lumos_nt > 0 ? lumos_nt : omp_get_max_threads(); }
 
 static inline int64_t lumos_fdiv(int64_t a, int64_t b) {
@@ -129,6 +124,16 @@ static inline uint16_t lumos_f64_f16(double x) { /* round to nearest even, once 
   return (uint16_t)(s | (uint16_t)((v * 0x1p24 + 0x1p52) - 0x1p52)); /* subnormal units */
 }
 """
+
+DRIVER = r"""int lumos_nt = 0;
+void lumos_set_threads(int n) {
+  lumos_nt = n;
+#ifdef LUMOS_BLAS
+  if (n > 0) scipy_openblas_set_num_threads(n);
+#endif
+}
+"""
+BLAS = "#define LUMOS_BLAS 1\n#include <cblas.h>\n"  # OpenBLAS (see cc.py)
 
 _STORAGE = {"f32": "float", "f64": "double", "f16": "uint16_t", "bf16": "uint16_t",
             "i8": "int8_t", "u8": "uint8_t", "i16": "int16_t", "i32": "int32_t",
@@ -223,12 +228,14 @@ class Kernel:
 class Layout:
     """What the driver `lumos_run(arena, offsets, inputs, outputs, dims)` expects:
     `dims` values in this order, a pointer per Input node in `inputs` and per Output
-    node in `outputs`, and an arena offset per `temps` entry. `profiled`: the kernels
-    timed into `lumos_profile_ns`, in call order (empty when not profiling)."""
+    node in `outputs`, and an arena offset per `temps` entry. `calls`: kernels run per
+    execution. `profiled`: the kernels timed into `lumos_profile_ns`, in call order (empty
+    when not profiling)."""
     dims: tuple[str, ...]
     inputs: tuple[Buffer, ...]
     outputs: tuple[Buffer, ...]
     temps: tuple[Temp, ...]
+    calls: int = 0
     profiled: tuple[Kernel, ...] = ()
 
     @property
@@ -588,8 +595,9 @@ static inline int64_t lumos_now(void) {{
 """
 
 
-def generate(g: Kernels) -> tuple[str, Layout]:
-    """The C source of `g` (kernels and the driver `lumos_run`) and its buffer layout."""
+def generate(g: Kernels) -> tuple[tuple[str, ...], Layout]:
+    """The C translation units of `g`: the driver `lumos_run` first, then one per distinct
+    kernel (compiled and cached separately: see cc.compile_units); and its buffer layout."""
     gen = _Codegen(g)
     nodes = g.nodes
     inputs = tuple(i for i, n in enumerate(nodes) if n.op == "Input")
@@ -619,11 +627,10 @@ def generate(g: Kernels) -> tuple[str, Layout]:
             n = nodes[i]
             temps.append(Temp(numel(n.shape) * n.dtype.itemsize, pos[i], last.get(i, pos[i])))
 
-    blas = "#define LUMOS_BLAS 1\n#include <cblas.h>\n"  # OpenBLAS (see cc.py)
-    head = blas if any(nodes[i].op == "Gemm" for i in order) else ""
+    any_blas = any(nodes[i].op == "Gemm" for i in order)
     dim_decls = "".join(f"  const int64_t D_{d} = dims[{k}];\n" for k, d in enumerate(g.dims))
-    parts, calls = [head + PRELUDE, _IMOD], []
-    functions: dict[str, str] = {}  # kernel text -> its function (layers share kernels)
+    units: dict[str, str] = {}  # kernel function name -> its translation unit
+    decls, calls = [], []
     for i in order:
         gen.args = {}
         gen._count = 0  # hoisted names restart: equal kernels have equal text
@@ -631,15 +638,18 @@ def generate(g: Kernels) -> tuple[str, Layout]:
         n = nodes[i]
         params = [f"{storage(n.dtype)} *restrict out"]
         params += [f"const {storage(nodes[j].dtype)} *restrict {a}" for j, a in gen.args.items()]
-        text = (f"({', '.join(params)}, const int64_t *restrict dims) {{\n" + dim_decls
-                + _indent(body) + "}\n")
-        name = functions.get(text)
-        if name is None:
-            name = functions[text] = f"k{i}"
-            parts.append(f"static void {name}{text}")
+        signature = f"({', '.join(params)}, const int64_t *restrict dims)"
+        text = signature + " {\n" + dim_decls + _indent(body) + "}\n"
+        # named by content: equal kernels (layers, other programs) share one compiled object
+        name = "k_" + hashlib.sha256(text.encode()).hexdigest()[:20]
+        if name not in units:
+            head = BLAS if n.op == "Gemm" else ""
+            units[name] = head + PRELUDE + _IMOD + f"void {name}{text}"
+            decls.append(f"void {name}{signature};")
         ptrs = [f"({storage(n.dtype)} *){slots[i]}"]
         ptrs += [f"(const {storage(nodes[j].dtype)} *){slots[j]}" for j in gen.args]
         calls.append(f"  {name}({', '.join(ptrs)}, dims);")
+    parts = [(BLAS if any_blas else "") + PRELUDE + DRIVER, *decls]
     profiled = tuple(Kernel(i, nodes[i].op, nodes[i].shape, nodes[i].dtype)
                      for i in order) if enabled("profile") else ()
     if profiled:
@@ -652,8 +662,8 @@ def generate(g: Kernels) -> tuple[str, Layout]:
     buffers = [Buffer(i, nodes[i].shape, nodes[i].dtype, nodes[i].name)
                for i in (*inputs, *g.outputs)]
     layout = Layout(tuple(g.dims), tuple(buffers[:len(inputs)]),
-                    tuple(buffers[len(inputs):]), tuple(temps), profiled)
-    return "\n".join(parts), layout
+                    tuple(buffers[len(inputs):]), tuple(temps), len(order), profiled)
+    return ("\n".join(parts), *units.values()), layout
 
 
 def _conjuncts(e: Expr) -> frozenset[Expr]:

@@ -34,7 +34,7 @@ from lumos.errors import BindError
 from lumos.graph import Graph
 from lumos.logs import log, warn
 from lumos.runtime.base import Program
-from lumos.runtime.cpu.cc import FLAGS, cache_dir, compile_source, cpu_id, load
+from lumos.runtime.cpu.cc import FLAGS, cache_dir, compile_units, cpu_id, load
 from lumos.runtime.cpu.codegen import Buffer, Kernel, Layout, generate
 from lumos.runtime.cpu.kernels import (
     LOWER,
@@ -52,8 +52,8 @@ from lumos.search.options import CompileOptions
 
 def build(program: Graph | Kernels) -> CompiledProgram:
     """A kernel program (or a Graph: one kernel per node) -> compiled C program."""
-    source, layout = generate(program if isinstance(program, Kernels) else from_graph(program))
-    return CompiledProgram(compile_source(source), layout)
+    units, layout = generate(program if isinstance(program, Kernels) else from_graph(program))
+    return CompiledProgram(compile_units(units), layout)
 
 
 class CompiledProgram:
