@@ -48,6 +48,25 @@ def _runtime(name: str) -> Any:
     return ReferenceRuntime()
 
 
+SEEDED_SEARCH = 3  # the CPU runtime's baseline and its two seed programs (fused; fused + BLAS)
+
+
+def compile_options(runtime: str, search: int | None) -> Any:
+    """The CompileOptions of `--search N` (None: the runtime's default: on the CPU runtime
+    a search timing its seed programs, whose result the artifact cache keeps; 0: no search)."""
+    from lumos.search import CompileOptions
+
+    n = (SEEDED_SEARCH if runtime == "cpu" else 0) if search is None else search
+    return CompileOptions(limit=n) if n else None
+
+
+def add_search_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--search", type=int, default=None, metavar="N",
+                   help="time N candidate programs per compiled shape bucket; 0: the runtime's "
+                        f"unsearched baseline (default: {SEEDED_SEARCH} on the cpu runtime: the "
+                        "baseline and its fused seed programs; 0 on the reference runtime)")
+
+
 def _say(message: str) -> None:
     print(f"[lumos] {message}", file=sys.stderr, flush=True)
 
@@ -99,9 +118,8 @@ def load_llm(name: str, context: int) -> Any:
 
 def _generator(args: argparse.Namespace, pre: Any) -> Any:
     from lumos.generate import Generator
-    from lumos.search import CompileOptions
 
-    opts = CompileOptions(limit=args.search) if args.search else None
+    opts = compile_options(args.runtime, args.search)
     with _Ticker(f"compiling for the {args.runtime} runtime"):
         return Generator(pre.model, pre.state, _runtime(args.runtime),
                          max_prefill=args.max_prefill, options=opts, progress=_say)
@@ -234,9 +252,7 @@ def _parser() -> argparse.ArgumentParser:
                         help="KV cache length in tokens (default 1024)")
         sp.add_argument("--max-prefill", type=int, default=512,
                         help="most prompt tokens processed at once (default 512)")
-        sp.add_argument("--search", type=int, default=0, metavar="N",
-                        help="time N candidate programs per bucket of the prompt length "
-                             "(decode, prefill); 0 (default): the runtime's default program")
+        add_search_option(sp)
 
     r = sub.add_parser("run", help="generate text: lumos run smollm2 PROMPT")
     r.add_argument("model", help=f"one of {sorted(LLMS)}, or a .gguf file or HF folder")

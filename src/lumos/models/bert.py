@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from lumos.cli import add_search_option, compile_options
 from lumos.dtype import i64
 from lumos.frontend.nn import scaled_dot_product_attention
 from lumos.frontend.tensor import Tensor, clamp, gelu, sqrt
@@ -182,9 +183,11 @@ def cli(args: Sequence[str]) -> int:
                                 description="Sentence embeddings with all-MiniLM-L6-v2.")
     p.add_argument("sentences", nargs="+")
     p.add_argument("--runtime", choices=("cpu", "reference"), default="cpu")
+    add_search_option(p)
     opts = p.parse_args(args)
     rt = CpuRuntime() if opts.runtime == "cpu" else ReferenceRuntime()
-    emb = SentenceEncoder(runtime=rt).encode(opts.sentences)
+    emb = SentenceEncoder(runtime=rt, options=compile_options(opts.runtime, opts.search)
+                          ).encode(opts.sentences)
     for i, (s, e) in enumerate(zip(opts.sentences, emb, strict=True)):
         head = " ".join(f"{v:+.4f}" for v in e[:6])
         print(f"[{i}] {head} ... ({e.shape[0]} dims)  {s}")
@@ -203,9 +206,11 @@ def bench(args: Sequence[str]) -> int:
     p.add_argument("--seq", type=int, default=128)
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--runtime", choices=("cpu", "reference"), default="cpu")
+    add_search_option(p)
     opts = p.parse_args(args)
     enc = SentenceEncoder(runtime=CpuRuntime() if opts.runtime == "cpu" else ReferenceRuntime(),
-                          max_batch=opts.batch)
+                          max_batch=opts.batch,
+                          options=compile_options(opts.runtime, opts.search))
     ids = np.random.default_rng(0).integers(1000, 30000, (opts.batch, opts.seq))
     mask = np.ones_like(ids)
     enc.embed(ids, mask)  # warm-up: first touch of the buffers

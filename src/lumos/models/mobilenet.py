@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from lumos.cli import add_search_option, compile_options
 from lumos.errors import LumosError
 from lumos.frontend.nn import adaptive_avg_pool2d
 from lumos.frontend.tensor import Tensor, clamp
@@ -178,10 +179,12 @@ def cli(args: Sequence[str]) -> int:
     p.add_argument("images", nargs="+")
     p.add_argument("--top", type=int, default=5)
     p.add_argument("--runtime", choices=("cpu", "reference"), default="cpu")
+    add_search_option(p)
     opts = p.parse_args(args)
     batch = np.stack([preprocess(f) for f in opts.images])
     clf = Classifier(runtime=CpuRuntime() if opts.runtime == "cpu" else ReferenceRuntime(),
-                     max_batch=len(batch))
+                     max_batch=len(batch),
+                     options=compile_options(opts.runtime, opts.search))
     for name, top in zip(opts.images, clf.top(batch, opts.top), strict=True):
         print(name)
         for label, prob in top:
@@ -195,9 +198,11 @@ def bench(args: Sequence[str]) -> int:
     p.add_argument("--batch", type=int, default=8)
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--runtime", choices=("cpu", "reference"), default="cpu")
+    add_search_option(p)
     opts = p.parse_args(args)
     clf = Classifier(runtime=CpuRuntime() if opts.runtime == "cpu" else ReferenceRuntime(),
-                     max_batch=opts.batch)
+                     max_batch=opts.batch,
+                     options=compile_options(opts.runtime, opts.search))
     x = np.random.default_rng(0).standard_normal((opts.batch, 3, 224, 224), np.float32)
     clf.probabilities(x)  # warm-up: first touch of the buffers
     times = []

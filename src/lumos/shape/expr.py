@@ -845,12 +845,34 @@ def _decide(e: Expr, bounds: Bounds) -> Expr:
     return e
 
 
+def _drop_poly_remainder(e: Expr, bounds: Bounds) -> Expr:
+    """The same for a polynomial divisor c*F (e.g. 192*(128 + s) = 3 * 64*(128 + s)):
+    (F*y + r) // (c*F) -> y // c when 0 <= r < F, and the remainder likewise."""
+    b = _poly(e.args[1])
+    content = math.gcd(*b.values())
+    if content <= 1 or not _positive(e.args[1], bounds):
+        return e
+    p = _poly(e.args[0])
+    small = [k for k in range(1, math.isqrt(content) + 1) if content % k == 0]
+    for c in sorted({*small, *(content // k for k in small)} - {1}):  # F largest first
+        f = {m: v // c for m, v in b.items()}
+        q, r = _split_poly(p, f)
+        if not q:
+            continue
+        rem, fe = _from_poly(r), _from_poly(f)
+        if _nonneg(rem, bounds) and proves_lt(rem, fe, bounds):
+            y = _from_poly(q)
+            return simplify(fdiv(y, Num(c)) if e.op == "fdiv" else fe * mod(y, Num(c)) + rem,
+                            bounds)
+    return e
+
+
 def _drop_remainder(e: Expr, bounds: Bounds) -> Expr:
     """(F*y + r) // (F*m) -> y // m and (F*y + r) % (F*m) -> F*(y % m) + r when
     0 <= r < F for a common factor F of a term and the divisor (reshape merge/split)."""
     bt = _single_term(e.args[1])
     if bt is None:
-        return e
+        return _drop_poly_remainder(e, bounds) if e.args[1].op == "sum" else e
     bm, bc = bt
     p = _poly(e.args[0])
     for m, c in p.items():

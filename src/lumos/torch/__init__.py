@@ -7,18 +7,20 @@ more decompositions), translated to the lumos Tensor API and compiled for the
 chosen runtime; weights stay runtime inputs, bound from the live tensors on every
 call. Options (`torch.compile(m, backend="lumos", options={...})`):
 
-- `runtime`: "reference" (numpy, the default for now) or "cpu";
+- `runtime`: "cpu" (generated C kernels, the default) or "reference" (numpy);
 - `strict`: raise, naming the op and its shapes, instead of falling back;
 - `cache`: reuse compiled graphs of the same structure (default True): in this process,
   and for the "cpu" runtime across processes through saved artifacts
   (`CompileOptions.cache`);
 - `buckets`: a list of (min, max, representative) buckets for every dynamic dim;
-- any `lumos.search.options.CompileOptions` field (`limit`, `seed`, ...).
+- any `lumos.search.options.CompileOptions` field; `limit` defaults to `LIMIT` (3): the
+  CPU runtime's seed programs (unfused, fused, fused with BLAS), timed, the fastest kept.
 
 Fallback: ops lumos cannot translate run in PyTorch (each logged once) and the
 regions between them in lumos; a graph that needs gradients runs eagerly with a
-one-line notice; an error at compile or run time sends the graph to PyTorch with a
-warning. With `strict=True` each of these raises instead.
+one-line notice; a failed search compiles the unfused program instead, and any other
+error at compile or run time sends the graph to PyTorch, each with a warning. With
+`strict=True` each of these raises instead.
 """
 
 from __future__ import annotations
@@ -33,7 +35,9 @@ import torch
 from torch import fx
 
 from lumos.errors import LumosError
+from lumos.graph import Graph
 from lumos.logs import warn
+from lumos.runtime import Program
 from lumos.search.options import CompileOptions
 from lumos.torch import cache, partition
 from lumos.torch.compiled import CompiledGraph, Scope, read_dims
@@ -42,12 +46,13 @@ from lumos.torch.translate import known_dims, translate
 __all__ = ["Options", "backend"]
 
 _SEARCH_FIELDS = {f.name for f in dataclasses.fields(CompileOptions)}
-_RUNTIMES = ("reference", "cpu")
+_RUNTIMES = ("cpu", "reference")
+LIMIT = 3  # candidates timed per graph: the CPU runtime's three seed programs
 
 
 @dataclass(frozen=True)
 class Options:
-    runtime: str = "reference"
+    runtime: str = "cpu"
     strict: bool = False
     cache: bool = True
     buckets: tuple | None = None
@@ -60,7 +65,7 @@ class Options:
         if unknown:
             raise LumosError(f"unknown lumos option(s) {sorted(unknown)}; the options are "
                              f"runtime, strict, cache, buckets and {sorted(_SEARCH_FIELDS)}")
-        runtime = opts.pop("runtime", "reference")
+        runtime = opts.pop("runtime", "cpu")
         if runtime not in _RUNTIMES:
             raise LumosError(f"runtime must be one of {_RUNTIMES}, got {runtime!r}")
         buckets = opts.pop("buckets", None)
@@ -72,7 +77,7 @@ class Options:
     def compile_options(self, dims: Iterable[str]) -> CompileOptions:
         """The search options, with `buckets` for each of the graph's `dims`."""
         buckets = {} if self.buckets is None else {d: self.buckets for d in dims}
-        return CompileOptions(**self.search, cache=self.cache,
+        return CompileOptions(**{"limit": LIMIT, **self.search}, cache=self.cache,
                               **({"dim_buckets": buckets} if buckets else {}))
 
 
@@ -133,11 +138,23 @@ def _compile(gm: fx.GraphModule, example_inputs: Any, *, opts: Options, runtime:
             return split(*args)
 
         return run
-    g = tr.graph
-    program = g.compile(runtime, opts.compile_options(g.dims)) if g.outputs else None
+    program = _program(tr.graph, runtime, opts) if tr.graph.outputs else None
     if key is not None:
         cache.put(key, (tr, program))
     return CompiledGraph(tr, program, gm, opts.strict, scope)
+
+
+def _program(g: Graph, runtime: Any, opts: Options) -> Program:
+    """The searched program; if the CPU search fails, the unfused one (no search): a bug
+    in fusion or tuning costs speed, not the whole graph."""
+    try:
+        return g.compile(runtime, opts.compile_options(g.dims))
+    except Exception as e:
+        if opts.strict or opts.runtime != "cpu":
+            raise
+        warn(f"the search for a graph of {len(g.nodes)} nodes failed ({type(e).__name__}: "
+             f"{e}); it runs unfused")
+        return g.compile(runtime, None)
 
 
 def _runtime(name: str) -> Any:
@@ -145,11 +162,8 @@ def _runtime(name: str) -> Any:
         from lumos.runtime import ReferenceRuntime
 
         return ReferenceRuntime()
-    try:
-        from lumos.runtime.cpu import CpuRuntime  # type: ignore[import-not-found]
-    except ImportError:
-        raise LumosError("runtime 'cpu' is not available yet (the CPU backend has not "
-                         "landed); use options={'runtime': 'reference'}") from None
+    from lumos.runtime.cpu import CpuRuntime
+
     return CpuRuntime()
 
 

@@ -5,7 +5,8 @@ scipy-openblas32 package (symbols prefixed `scipy_`, found at run time by rpath)
 `$LUMOS_CACHE/cpu/` (default `~/.cache/lumos/cpu/`): one object per translation unit
 (`<hash>.o`, from `<hash>.unit.c`) and per program the library `<hash>.so` with all its
 source in `<hash>.c`; the hashes cover the compiler, the flags (the OpenBLAS version
-included), this CPU and the source.
+included), this CPU and the source. Within `time_limit(seconds)` the compilers still
+running at the deadline are killed and `CompileTimeout` is raised.
 """
 
 from __future__ import annotations
@@ -15,8 +16,12 @@ import hashlib
 import os
 import platform
 import shlex
+import signal
 import subprocess
-from collections.abc import Sequence
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager, suppress
+from contextvars import ContextVar
 from functools import cache
 from pathlib import Path
 
@@ -39,6 +44,43 @@ def blas_flags() -> list[str]:
 
 class CompileError(LumosError, RuntimeError):
     """The C compiler rejected generated source (the message names the saved source)."""
+
+
+class CompileTimeout(CompileError):
+    """The compilers were still running at the deadline of `time_limit` (and were killed)."""
+
+
+_LIMIT: ContextVar[tuple[float, float] | None] = ContextVar("cc_limit", default=None)
+
+
+@contextmanager
+def time_limit(seconds: float | None) -> Iterator[None]:
+    """Compiles within it end by `seconds` from now (None: no limit): a search must not
+    wait forever on a compiler that chokes on one candidate's source."""
+    token = _LIMIT.set(None if seconds is None else (time.monotonic() + seconds, seconds))
+    try:
+        yield
+    finally:
+        _LIMIT.reset(token)
+
+
+def _remaining() -> float | None:
+    limit = _LIMIT.get()
+    return None if limit is None else max(0.0, limit[0] - time.monotonic())
+
+
+def _kill(proc: subprocess.Popen) -> None:
+    """Kills a compiler and what it started (cc1, as, ld), which hold its stderr open."""
+    with suppress(ProcessLookupError):  # it had ended, and all it started
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.communicate()
+
+
+def _timed_out(cc: str, what: Path) -> CompileTimeout:
+    limit = _LIMIT.get()
+    assert limit is not None
+    return CompileTimeout(f"compile timed out: {cc} was still running on {what} after "
+                          f"{limit[1]:g} s")
 
 
 def cache_dir() -> Path:
@@ -88,7 +130,13 @@ def compile_units(units: Sequence[str]) -> Path:
     for k, unit in [*todo.items(), *[(None, None)] * jobs]:  # the Nones drain the queue
         while running and (len(running) >= jobs or k is None):
             done, proc = running.pop(0)
-            err = proc.communicate()[1]
+            try:
+                err = proc.communicate(timeout=_remaining())[1]
+            except subprocess.TimeoutExpired:
+                for k2, p in [(done, proc), *running]:
+                    _kill(p)
+                    (d / f"{k2}.{os.getpid()}.o.tmp").unlink(missing_ok=True)
+                raise _timed_out(cc[0], d / f"{done}.unit.c") from None
             tmp = d / f"{done}.{os.getpid()}.o.tmp"
             if proc.returncode != 0:
                 tmp.unlink(missing_ok=True)
@@ -102,19 +150,27 @@ def compile_units(units: Sequence[str]) -> Path:
         tmp = d / f"{k}.{os.getpid()}.o.tmp"
         running.append((k, subprocess.Popen(
             [*cc, *FLAGS, *(blas_flags()[:1] if "#include <cblas.h>" in unit else ()),
-             "-c", "-o", str(tmp), str(unit_src)], stderr=subprocess.PIPE, text=True)))
+             "-c", "-o", str(tmp), str(unit_src)], stderr=subprocess.PIPE, text=True,
+            process_group=0)))
     if failure is not None:
         k, code, err = failure
         raise CompileError(f"{cc[0]} failed on generated source {d / f'{k}.unit.c'} (part of "
                            f"{src}, exit {code}):\n{err[-4000:]}")
     tmp = d / f"{key}.{os.getpid()}.tmp"
-    proc = subprocess.run([*cc, *FLAGS, "-shared", "-o", str(tmp),
-                           *(str(d / f"{k}.o") for k in dict.fromkeys(keys)), *link, "-lm"],
-                          capture_output=True, text=True)
+    proc = subprocess.Popen([*cc, *FLAGS, "-shared", "-o", str(tmp),
+                             *(str(d / f"{k}.o") for k in dict.fromkeys(keys)), *link, "-lm"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            process_group=0)
+    try:
+        err = proc.communicate(timeout=_remaining())[1]
+    except subprocess.TimeoutExpired:
+        _kill(proc)
+        tmp.unlink(missing_ok=True)
+        raise _timed_out(cc[0], src) from None
     if proc.returncode != 0:
         tmp.unlink(missing_ok=True)
         raise CompileError(f"{cc[0]} failed to link {src} (exit {proc.returncode}):\n"
-                           f"{proc.stderr[-4000:]}")
+                           f"{err[-4000:]}")
     os.replace(tmp, lib)
     return lib
 
