@@ -18,6 +18,7 @@ $(STAMP): pyproject.toml
 
 demo: $(STAMP)
 	$(BIN)/python -m lumos.demo
+	$(BIN)/lumos run smollm2 "Once upon a time" --max-tokens 48 --context 512 --max-prefill 128
 
 test: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks

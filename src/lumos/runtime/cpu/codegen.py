@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from itertools import pairwise, product
 
@@ -347,10 +347,13 @@ class _Codegen:
 
     # -- loops -------------------------------------------------------------------
     def nest(self, shape: tuple[Expr, ...], body: Callable[[_Scope], list[str]],
-             work: Expr | None) -> list[str]:
+             work: Expr | None, around: tuple[list[str], str, list[str]] | None = None,
+             extra: Mapping | None = None) -> list[str]:
         """Loops over `shape` row-major; the innermost axis in blocks. Parallel over the
-        outer axes and blocks when `work` (elements of work) is large; sequential if None."""
-        bounds = self.bounds(shape)
+        outer axes and blocks when `work` (elements of work) is large; sequential if None.
+        `around` = (before, loop, after): a loop run inside each block around the
+        innermost loop (an outer reduction), whose variable's bounds are in `extra`."""
+        bounds = self.bounds(shape) | dict(extra or {})
         active = [k for k, s in enumerate(shape) if s is not ONE]
         if not active:
             sc = _Scope(None, bounds, self._name)
@@ -368,11 +371,14 @@ class _Codegen:
                          f"if({work.to_c()} >= {PARALLEL_MIN}) "
                          "num_threads(lumos_threads())")
         lines += [f"for (int64_t z{k} = 0; z{k} < {size[k]}; z{k}++)" for k in active[:-1]]
+        before, loop, after = around or ([], "", [])
         return lines + [
             f"for (int64_t zb = 0; zb < ({size[last]} + {BLOCK - 1}) / {BLOCK}; zb++) {{",
             f"const int64_t lo = zb * {BLOCK}, hi = LUMOS_MIN(lo + {BLOCK}, {size[last]});",
-            *sc.decls, "#pragma GCC ivdep",  # outputs never alias inputs (restrict is
-            f"for (int64_t {zl} = lo; {zl} < hi; {zl}++) {{", *inner, "}", "}"]  # lost in omp)
+            *before, *([loop + " {"] if loop else []),
+            *sc.decls, "#pragma omp simd" if loop else "#pragma GCC ivdep",  # outputs never
+            f"for (int64_t {zl} = lo; {zl} < hi; {zl}++) {{", *inner, "}",  # alias inputs
+            *(["}"] if loop else []), *after, "}"]  # (restrict is lost in omp)
 
     # -- kernels -----------------------------------------------------------------
     def kernel(self, i: int) -> list[str]:
@@ -473,6 +479,9 @@ class _Codegen:
         else:
             init, step = _lowest(dt, acc_t), "{a} = {x} > {a} ? {x} : {a};"
 
+        m0 = {f"z{ax}": Var("zr")} | {f"z{k}": z(k - 1) for k in range(ax + 1, len(in_shape))}
+        if self._outer_reduction(b, m0, shape, length):
+            return self.reduce_outer(n, b, m0, length, out_index, init, step, acc_t, vt)
         # the reduced axis as nested loops at the constant steps its index splits at
         # (e.g. 32-element quantization blocks, 16-byte nibble halves), so that the
         # innermost loop reads linearly and vectorizes; it then accumulates into one
@@ -526,6 +535,52 @@ class _Codegen:
                         step.format(a="acc", x="lane[zl]"), "}", *tail]
             return [*head, *loops, *copies, *["}"] * len(loops), *tail]
         return self.nest(shape, body, numel(shape) * in_shape[ax])
+
+    def _outer_reduction(self, b: Body, m: dict, shape: tuple[Expr, ...],
+                         length: Expr) -> bool:
+        """Whether to run the reduction loop outside the output's innermost loop: every
+        load reads that output axis contiguously (or not at all) and some load steps
+        through memory along the reduced axis (e.g. a column sum, attention @ V)."""
+        active = [k for k, s in enumerate(shape) if s is not ONE]
+        if not active or (length.is_num and length.value < 2):
+            return False
+        zl = f"z{active[-1]}"
+        strided = False
+        for x in _body_loads(b):
+            e = self.prep(x.view.index.subs(m), shape)
+            for v, ok in ((zl, (0, 1)), ("zr", None)):
+                base = e.subs({v: 0})
+                step = e.subs({v: 1}) - base
+                if base + Var(v) * step is not e or not step.is_num:
+                    return False  # not linear in it: leave it to the default loops
+                if ok is not None and step.value not in ok:
+                    return False
+                if ok is None and step.value not in (0, 1):
+                    strided = True
+        return strided
+
+    def reduce_outer(self, n: Node, b: Body, m: dict, length: Expr, out_index: Expr,
+                     init: str, step: str, acc_t: str, vt: str) -> list[str]:
+        """A reduction as a loop over the reduced axis around a vector loop over a block
+        of the output's innermost axis, accumulating into one partial result per output."""
+        shape = n.shape
+        zl = f"z{[k for k, s in enumerate(shape) if s is not ONE][-1]}"
+
+        def body(sc: _Scope) -> list[str]:
+            stmts: list[str] = []
+            x = self.value(b, m, shape, sc, stmts, {})
+            return [*stmts, f"const {vt} x = {x};",
+                    step.format(a=f"acc[{zl} - lo]", x="x")]
+
+        def store_out(sc: _Scope) -> list[str]:
+            return [f"for (int64_t {zl} = lo; {zl} < hi; {zl}++) "
+                    f"out[{sc.index(out_index)}] = {store(n.dtype, f'acc[{zl} - lo]')};"]
+        tail_scope = _Scope(None, self.bounds(shape), self._name)
+        before = [f"{acc_t} acc[{BLOCK}];",
+                  f"for (int64_t zi = 0; zi < hi - lo; zi++) acc[zi] = {init};"]
+        loop = f"for (int64_t zr = 0; zr < {self.ren(length).to_c()}; zr++)"
+        return self.nest(shape, body, numel(shape) * length, (before, loop,
+                         store_out(tail_scope)), {"zr": (0, self.ren(length) - 1)})
 
     def gemm(self, n: Node) -> list[str]:
         """One cblas_sgemm (OpenBLAS) per batch index, in nested loops over the batch."""
@@ -664,6 +719,19 @@ def generate(g: Kernels) -> tuple[tuple[str, ...], Layout]:
     layout = Layout(tuple(g.dims), tuple(buffers[:len(inputs)]),
                     tuple(buffers[len(inputs):]), tuple(temps), len(order), profiled)
     return ("\n".join(parts), *units.values()), layout
+
+
+def _body_loads(b: Body) -> list[Load]:
+    out, seen, stack = [], set(), [b]
+    while stack:
+        x = stack.pop()
+        if id(x) not in seen:
+            seen.add(id(x))
+            if isinstance(x, Load):
+                out.append(x)
+            else:
+                stack.extend(x.args)
+    return out
 
 
 def _conjuncts(e: Expr) -> frozenset[Expr]:

@@ -15,6 +15,7 @@ composed here.
 
 from __future__ import annotations
 
+import random
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,7 +27,7 @@ from lumos.egraph.space import ENode
 from lumos.errors import LumosError
 from lumos.graph import Graph
 from lumos.hlir import BINARY, REDUCE, UNARY, Node
-from lumos.search.genome import extract
+from lumos.search.genome import Genomes, extract
 from lumos.shape import Expr, Var, View, nrange, simplify
 from lumos.shape.expr import ONE, ZERO, Bounds, is_axis_var
 
@@ -325,7 +326,7 @@ def seeds(space: SearchSpace, env: Mapping[str, int]) -> tuple[Cost, Cost]:
         return 1 + sum(ops.get(space.classes[ch][0].children[0], 0) if inline(ch) else 0
                        for ch in n.children if space.classes[ch][0].op == "ELoad")
 
-    baseline = {c: 0 for c in range(len(space.classes))}  # cpu_space: unfused first
+    baseline = Genomes(space).baseline(random.Random(0))  # cpu_space: unfused first
     for c, n in extract(space, baseline):  # producers before their readers
         if n.op in ("KMap", "KOutput"):
             ops[c] = body_ops(n.children[0])

@@ -131,7 +131,7 @@ class CompiledProgram:
             raise BindError(f"expected {len(self.layout.inputs)} inputs, got {len(inputs)}")
         arrays = []
         for b, a in zip(self.layout.inputs, inputs, strict=True):
-            a = np.ascontiguousarray(a)
+            a = np.asarray(a, order="C")  # (ascontiguousarray makes 0-d 1-d)
             if a.dtype != b.dtype.np or a.shape != self.shape(b, env):
                 raise BindError(f"input {b.node}: expected {b.dtype.name} "
                                 f"{self.shape(b, env)}, got {a.dtype} {a.shape}")
