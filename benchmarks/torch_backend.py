@@ -4,19 +4,28 @@ Forward latency (median) and cold compile time (first call, compile included) of
 tiny Llama (h64, 2 layers, 1x16), a 44M-parameter Llama (h512, 4 layers, 1x128) and a
 small CNN (batch 8, 3x224x224), plus generate() tokens/s for the Llamas with
 `--generate`. Random weights (transformers configs; nothing is downloaded). Peers run
-in the same process, one after another, with the same threads. Target: lumos >= 1.0x
-inductor on each, and a cold compile no slower than inductor's.
+in the same process, one after another, with the same threads. lumos runs with the
+backend's default options (runtime "cpu", a search of `LIMIT` candidates per graph)
+unless `--runtime` / `--limit` say otherwise. Each compile starts from empty caches
+(lumos: kernels and artifacts; inductor: its FX graph and code caches) unless `--warm`.
+Target: lumos >= 1.0x inductor on each, and a cold compile no slower than inductor's.
+`--quick` checks the script at small sizes (the 44M Llama shrunk to h128, 2 layers,
+1x32; the CNN at batch 2, 3x64x64; 3 repeats; 8 generated tokens) and writes no JSON.
 
-    .venv/bin/python benchmarks/torch_backend.py [--runtime cpu] [--cases tiny,llama44m,cnn]
-        [--repeats 20] [--generate]
+    .venv/bin/python benchmarks/torch_backend.py [--runtime cpu] [--limit N]
+        [--cases tiny,llama44m,cnn] [--peers eager,inductor,lumos] [--repeats 20]
+        [--generate] [--warm] [--quick]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
+import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -52,75 +61,127 @@ class CNN(nn.Module):
         return self.fc(F.adaptive_avg_pool2d(self.features(x), 1).flatten(1))
 
 
-CASES: dict[str, Callable[[], tuple[nn.Module, tuple]]] = {
-    "tiny": lambda: (llama(64, 2, 4, 172), (torch.randint(0, 32000, (1, 16)),)),
-    "llama44m": lambda: (llama(512, 4, 8, 1376), (torch.randint(0, 32000, (1, 128)),)),
-    "cnn": lambda: (CNN().eval(), (torch.randn(8, 3, 224, 224),)),
+def ids(seq: int) -> tuple[torch.Tensor]:
+    return (torch.randint(0, 32000, (1, seq)),)
+
+
+# name -> (full size, quick size): the model and its forward arguments
+CASES: dict[str, tuple[Callable[[], tuple[nn.Module, tuple]], ...]] = {
+    "tiny": (lambda: (llama(64, 2, 4, 172), ids(16)),) * 2,
+    "llama44m": (lambda: (llama(512, 4, 8, 1376), ids(128)),
+                 lambda: (llama(128, 2, 4, 344), ids(32))),
+    "cnn": (lambda: (CNN().eval(), (torch.randn(8, 3, 224, 224),)),
+            lambda: (CNN().eval(), (torch.randn(2, 3, 64, 64),))),
 }
 
 
+@contextlib.contextmanager
+def caches(root: Path | None) -> Iterator[None]:
+    """Empty compile caches (new folders under `root`; None: the usual, warm ones) for the
+    duration: a cold compile, as in a fresh process on a fresh machine. The folders stay
+    until the run ends: a compiled program may load its library later."""
+    if root is None:
+        yield
+        return
+    from torch._inductor.utils import fresh_cache
+
+    old = os.environ.get("LUMOS_CACHE")
+    os.environ["LUMOS_CACHE"] = tempfile.mkdtemp(dir=root)
+    try:
+        with fresh_cache(dir=tempfile.mkdtemp(dir=root), delete=False):
+            yield
+    finally:
+        if old is None:
+            del os.environ["LUMOS_CACHE"]
+        else:
+            os.environ["LUMOS_CACHE"] = old
 
 
 def forward(model: nn.Module, args: tuple, backend: str | None, options: dict | None,
-            repeats: int) -> dict[str, float]:
+            repeats: int, root: Path | None) -> dict[str, float]:
     torch._dynamo.reset()
     f = model if backend is None else torch.compile(model, backend=backend, options=options)
     with torch.no_grad():
-        t0 = time.perf_counter()
-        f(*args)
-        cold = time.perf_counter() - t0
+        with caches(root):
+            t0 = time.perf_counter()
+            f(*args)
+            cold = time.perf_counter() - t0
         return {"compile_s": cold if backend else 0.0,
                 "latency_s": median_time(lambda: f(*args), repeats)}
 
 
-def generate(model: nn.Module, backend: str | None, options: dict | None,
-             tokens: int = 32) -> float:
+def generate(model: nn.Module, backend: str | None, options: dict | None, tokens: int,
+             root: Path | None) -> float:
     torch._dynamo.reset()
     fwd = model.forward
     if backend is not None:
         model.forward = torch.compile(fwd, backend=backend, options=options)
-    ids = torch.randint(0, 32000, (1, 8))
+    prompt = ids(8)[0]
     kw = dict(max_new_tokens=tokens, min_new_tokens=tokens, do_sample=False, pad_token_id=0)
     try:
         with torch.no_grad():
-            model.generate(ids, **kw)  # compiles (prefill and decode)
+            with caches(root):
+                model.generate(prompt, **kw)  # compiles (prefill and decode)
             t0 = time.perf_counter()
-            model.generate(ids, **kw)
+            model.generate(prompt, **kw)
             return tokens / (time.perf_counter() - t0)
     finally:
         model.forward = fwd
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--runtime", default="cpu", choices=["cpu", "reference"])
-    ap.add_argument("--cases", default=",".join(CASES))
-    ap.add_argument("--repeats", type=int, default=20)
-    ap.add_argument("--generate", action="store_true")
-    args = ap.parse_args()
-    peers = {"eager": (None, None), "inductor": ("inductor", None),
-             "lumos": ("lumos", {"runtime": args.runtime})}
-    results: dict[str, Any] = {"benchmark": "torch_backend", "runtime": args.runtime,
-                               "threads": torch.get_num_threads(), "cases": {}}
-    print(f"{'case':>9} {'peer':>9} {'latency ms':>11} {'compile s':>10} {'tok/s':>7}")
-    for name in args.cases.split(","):
-        torch.manual_seed(0)
-        model, inputs = CASES[name]()
-        row: dict[str, Any] = {}
-        for peer, (backend, options) in peers.items():
-            row[peer] = forward(model, inputs, backend, options, args.repeats)
-            if args.generate and name != "cnn":
-                row[peer]["tokens_per_s"] = generate(model, backend, options)
-            r = row[peer]
-            print(f"{name:>9} {peer:>9} {r['latency_s'] * 1e3:>11.2f} {r['compile_s']:>10.1f} "
-                  f"{r.get('tokens_per_s', float('nan')):>7.1f}")
+def case(name: str, peers: dict[str, tuple], args: argparse.Namespace,
+         root: Path | None) -> dict[str, Any]:
+    """One model through every peer: a table row each, and the ratio to inductor."""
+    torch.manual_seed(0)
+    model, inputs = CASES[name][args.quick]()
+    row: dict[str, Any] = {}
+    for peer, (backend, opts) in peers.items():
+        row[peer] = forward(model, inputs, backend, opts, args.repeats, root)
+        if args.generate and name != "cnn":
+            row[peer]["tokens_per_s"] = generate(model, backend, opts,
+                                                 8 if args.quick else 32, root)
+        r = row[peer]
+        print(f"{name:>9} {peer:>9} {r['latency_s'] * 1e3:>11.2f} {r['compile_s']:>10.1f} "
+              f"{r.get('tokens_per_s', float('nan')):>7.1f}", flush=True)
+    if {"inductor", "lumos"} <= set(row):
         speed = row["inductor"]["latency_s"] / row["lumos"]["latency_s"]
         row["lumos_speed_vs_inductor"] = speed
         row["meets_target"] = speed >= 1.0 and \
             row["lumos"]["compile_s"] <= row["inductor"]["compile_s"]
         print(f"{name:>9} lumos is {speed:.2f}x inductor's speed; target >= 1.0x "
               f"{'met' if row['meets_target'] else 'MISSED'}")
-        results["cases"][name] = row
+    return row
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--runtime", choices=["cpu", "reference"], help="default: the backend's")
+    ap.add_argument("--limit", type=int, help="candidates per graph (default: the backend's)")
+    ap.add_argument("--cases", default=",".join(CASES))
+    ap.add_argument("--peers", default="eager,inductor,lumos")
+    ap.add_argument("--repeats", type=int)
+    ap.add_argument("--generate", action="store_true")
+    ap.add_argument("--warm", action="store_true", help="keep the compile caches")
+    ap.add_argument("--quick", action="store_true", help="small sizes, no JSON")
+    args = ap.parse_args()
+    args.repeats = args.repeats or (3 if args.quick else 20)
+    options = {k: v for k, v in (("runtime", args.runtime), ("limit", args.limit))
+               if v is not None}
+    every = {"eager": (None, None), "inductor": ("inductor", None),
+             "lumos": ("lumos", options or None)}
+    peers = {p: every[p] for p in args.peers.split(",")}
+    results: dict[str, Any] = {"benchmark": "torch_backend", "lumos_options": options,
+                               "warm_caches": args.warm, "threads": torch.get_num_threads(),
+                               "cases": {}}
+    print(f"lumos options {options or 'default'}; {'warm' if args.warm else 'cold'} compiles"
+          f"{'; quick sizes' if args.quick else ''}")
+    print(f"{'case':>9} {'peer':>9} {'latency ms':>11} {'compile s':>10} {'tok/s':>7}")
+    with tempfile.TemporaryDirectory(prefix="torch_backend-") as tmp:
+        for name in args.cases.split(","):
+            results["cases"][name] = case(name, peers, args, None if args.warm else Path(tmp))
+    if args.quick:
+        print("quick run: no results written")
+        return
     out = Path(__file__).resolve().parent / "results" / "torch_backend.json"
     out.parent.mkdir(exist_ok=True)
     out.write_text(json.dumps(results, indent=2))

@@ -10,18 +10,17 @@ import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
-import lumos
 import lumos.torch as lt
 from tests.helpers import TOL
 
-STRICT = lt.Options(strict=True)
+STRICT = lt.Options(runtime="reference", strict=True)  # translation checks: the numpy oracle
 
 
 def compile_aten(fn: Callable[..., Any], *tensors: torch.Tensor, dynamic: bool = False,
                  opts: lt.Options = STRICT) -> tuple[torch.fx.GraphModule, Any]:
     """fn traced to ATen (no decompositions) and compiled as the backend compiles graphs."""
     gm = make_fx(fn, tracing_mode="symbolic" if dynamic else "fake")(*tensors)
-    return gm, lt._compile(gm, None, opts=opts, runtime=lumos.ReferenceRuntime())
+    return gm, lt._compile(gm, None, opts=opts, runtime=lt._runtime(opts.runtime))
 
 
 def call_op(op: Any, args: tuple, kwargs: dict) -> tuple[Callable[..., Any], list]:

@@ -1,4 +1,7 @@
-"""torch.compile(model, backend="lumos") end to end, against eager PyTorch."""
+"""torch.compile(model, backend="lumos") end to end, against eager PyTorch.
+
+Translation checks pin the numpy reference runtime (a CPU compile times a search per
+graph); the CNN, dim buckets, fallback and registration run on the default "cpu"."""
 
 from __future__ import annotations
 
@@ -12,14 +15,16 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-import lumos
 import lumos.torch as lt
+from lumos.runtime.cpu.program import CpuProgram
+from lumos.search.genome import SearchError
 from lumos.torch import cache
 from lumos.torch.compiled import CompiledGraph
 from tests.torch.harness import assert_same
 from tests.torch.models import BertLayer, SmallCNN, TinyLlama
 
-STRICT = {"strict": True}
+REF = {"runtime": "reference"}
+STRICT = {"strict": True, **REF}
 
 
 @pytest.fixture(autouse=True)
@@ -80,11 +85,12 @@ def test_bert_layer_with_padding_mask() -> None:
         assert_same(compiled(m, options=STRICT)(x, mask), m(x, mask))
 
 
-def test_small_cnn() -> None:
+@pytest.mark.parametrize("runtime", ["cpu", "reference"])
+def test_small_cnn(runtime: str) -> None:
     m = SmallCNN().eval()
     x = torch.randn(3, 3, 15, 17).permute(0, 1, 3, 2)  # odd sizes, non-contiguous
     with torch.no_grad():
-        assert_same(compiled(m, options=STRICT)(x), m(x))
+        assert_same(compiled(m, options={"runtime": runtime, "strict": True})(x), m(x))
 
 
 def test_inference_mode_and_integer_outputs() -> None:
@@ -249,20 +255,41 @@ def test_a_failure_at_run_time_falls_back(monkeypatch: pytest.MonkeyPatch,
     def boom(self: Any, env: Any) -> None:
         raise RuntimeError("boom")
 
-    monkeypatch.setattr(lumos.runtime.reference.ReferenceProgram, "_run", boom)
-    m = nn.Linear(3, 2).eval()
+    monkeypatch.setattr(CpuProgram, "_run", boom)
+    m = nn.Linear(3, 2, bias=False).eval()
     x = torch.randn(4, 3)
     with torch.no_grad():
         assert_same(compiled(m)(x), m(x))
         assert "boom" in capfd.readouterr().err
         torch._dynamo.reset()
         with pytest.raises(RuntimeError, match="boom"):
-            compiled(m, options=STRICT)(x)
+            compiled(m, options={"strict": True})(x)
+
+
+def test_a_failed_search_runs_the_unfused_program(monkeypatch: pytest.MonkeyPatch,
+                                                  capfd: pytest.CaptureFixture[str],
+                                                  runs: list[int]) -> None:
+    def boom(*args: Any) -> None:
+        raise SearchError("boom")
+
+    monkeypatch.setattr("lumos.runtime.cpu.tune.tune", boom)
+    f = lambda x: torch.tanh(x).softmax(-1)  # noqa: E731
+    x = torch.randn(4, 5)
+    with torch.no_grad():
+        assert_same(compiled(f)(x), f(x))
+        assert "runs unfused" in capfd.readouterr().err and len(runs) == 1  # still in lumos
+        torch._dynamo.reset()
+        cache.clear()
+        with pytest.raises(Exception, match="boom"):
+            compiled(f, options={"strict": True})(x)
 
 
 # -- options, cache, registration -------------------------------------------------------------
 
 def test_options() -> None:
+    default = lt.Options.parse(None)
+    assert default.runtime == "cpu" and default.compile_options(["s"]).limit == lt.LIMIT == 3
+    assert lt.Options.parse({"limit": 7}).compile_options([]).limit == 7
     x = torch.randn(2, 3)
     with torch.no_grad():
         f = compiled(torch.sin, options={"cache": False, "limit": 5, "seed": 1,
@@ -275,18 +302,23 @@ def test_options() -> None:
                 compiled(torch.cos, options=bad)(x)
 
 
-def test_cpu_runtime() -> None:
-    """runtime='cpu' runs the generated C kernels; until they exist it is a clear error."""
-    m = SmallCNN().eval()
-    x = torch.randn(2, 3, 9, 8)
-    try:
-        import lumos.runtime.cpu  # noqa: F401
-    except ImportError:
-        with torch.no_grad(), pytest.raises(Exception, match="runtime 'cpu' is not available"):
-            compiled(m, options={"runtime": "cpu"})(x)
-        return
+def test_dim_buckets_on_cpu(runs: list[int]) -> None:
+    """A dynamic graph is searched once per combination of buckets (x's two sizes are
+    dynamic: 2 x 2); every shape runs its combination's program."""
+    graphs: list[Any] = []
+
+    def f(x: torch.Tensor) -> torch.Tensor:
+        return torch.softmax(x @ x.T, -1) @ x + 1
+
+    c = torch.compile(f, backend=counting(graphs), dynamic=True,
+                      options={"strict": True, "buckets": [(1, 8, 4), (9, 64, 16)]})
     with torch.no_grad():
-        assert_same(compiled(m, options={"runtime": "cpu", "strict": True})(x), m(x))
+        for s, d in ((3, 4), (8, 9), (20, 4), (64, 30)):
+            x = torch.randn(s, d)
+            assert_same(c(x), f(x))
+    programs = [p for _, p in cache._entries.values()]
+    assert len(graphs) == 1 and len(runs) == 4
+    assert [len(p.buckets) for p in programs if isinstance(p, CpuProgram)] == [4]
 
 
 def test_same_structure_hits_the_cache() -> None:
@@ -294,18 +326,19 @@ def test_same_structure_hits_the_cache() -> None:
     mask = torch.ones(2, 5, dtype=torch.long)
     with torch.no_grad():
         a, b = BertLayer().eval(), BertLayer().eval()  # different weights, same graph
-        assert_same(compiled(a)(x, mask), a(x, mask))
+        assert_same(compiled(a, options=REF)(x, mask), a(x, mask))
         torch._dynamo.reset()
-        assert_same(compiled(b)(x, mask), b(x, mask))
+        assert_same(compiled(b, options=REF)(x, mask), b(x, mask))
     assert cache.stats == {"hits": 1, "misses": 1}
 
 
 def test_registered_by_name_without_importing_lumos() -> None:
+    """The name alone, default options: the cpu runtime."""
     code = ("import sys, torch\n"
             "m = torch.nn.Linear(3, 2).eval()\n"
             "x = torch.randn(4, 3)\n"
             "with torch.no_grad():\n"
-            "    y = torch.compile(m, backend='lumos', options={'strict': True})(x)\n"
+            "    y = torch.compile(m, backend='lumos')(x)\n"
             "assert torch.allclose(y, m(x), atol=1e-6)\n"
             "print('lumos.torch' in sys.modules)\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

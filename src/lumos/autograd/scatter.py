@@ -55,9 +55,34 @@ def scatter_add(g: Tensor, view: View, shape: Sequence[Expr]) -> Tensor:
     read = _Read(view)
     eqs = read.equations(shape)
     kept = {d.name for eq in eqs for d in eq.kept}
-    summed = [d for d in read.digits if d.name not in kept]
-    new_shape = shape + tuple(d.size for d in summed)
-    value = {d.var.args[0]: z(len(shape) + i) for i, d in enumerate(summed)}
+    groups = [[d] for d in read.digits if d.name not in kept]
+    src = _summands(g, view, shape, read, eqs, groups)
+    k = 0
+    while k + 1 < len(groups):  # one summed axis for digits g reads as one stride
+        merged = [*groups[:k], groups[k] + groups[k + 1], *groups[k + 2:]]
+        cand = _summands(g, view, shape, read, eqs, merged)
+        if _strided(cand, len(shape) + k):
+            groups, src = merged, cand
+        else:
+            k += 1
+    out = g._with_view(src)
+    for axis in reversed(range(len(shape), len(src.shape))):
+        out = node(g.graph, "SumReduce", [out], axis=axis)
+    return out
+
+
+def _summands(g: Tensor, view: View, shape: tuple[Expr, ...], read: _Read,
+              eqs: list[_Equation], groups: list[list[_Digit]]) -> View:
+    """g read at (target position, summed axes): one summed axis per group of digits,
+    the group's mixed-radix number."""
+    value = {}
+    for i, group in enumerate(groups):
+        weight = ONE
+        for j, d in enumerate(reversed(group)):
+            at = z(len(shape) + i) // weight if weight is not ONE else z(len(shape) + i)
+            value[d.var.args[0]] = at % d.size if j < len(group) - 1 else at
+            weight = weight * d.size
+    new_shape = shape + tuple(numel([d.size for d in group]) for group in groups)
     ok = ONE
     for eq in eqs:
         ok = ok & eq.solve(value)
@@ -67,10 +92,14 @@ def scatter_add(g: Tensor, view: View, shape: Sequence[Expr]) -> Tensor:
     src = g.view.remap(new_shape, at)
     bounds = {f"z{i}": (0, s - 1) for i, s in enumerate(new_shape)}
     valid = _simplify(src.valid & view.valid.subs(at) & ok, bounds)
-    out = g._with_view(View(src.shape, _simplify(src.index, bounds), valid))
-    for axis in reversed(range(len(shape), len(new_shape))):
-        out = node(g.graph, "SumReduce", [out], axis=axis)
-    return out
+    return View(src.shape, _simplify(src.index, bounds), valid)
+
+
+def _strided(v: View, axis: int) -> bool:
+    """Whether no `//` or `%` of v's index or validity reads axis `axis`."""
+    name = f"z{axis}"
+    return not any(e.op in ("fdiv", "mod") and name in e.args[0].vars()
+                   for e in (*_subterms(v.index), *_subterms(v.valid)))
 
 
 def coords(flat: Expr, shape: Sequence[Expr]) -> dict[str, Expr]:

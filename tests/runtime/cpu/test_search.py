@@ -3,13 +3,17 @@ ranked, and a candidate that crashes, hangs or computes the wrong thing loses.""
 
 from __future__ import annotations
 
+import time
+from pathlib import Path
+
 import numpy as np
 import pytest
 
 import lumos
 from lumos.runtime.cpu import CpuRuntime
 from lumos.runtime.cpu import program as program_module
-from lumos.search import CompileOptions
+from lumos.search import CompileOptions, GeneticSearch, Outcome, Rejected
+from lumos.search.genome import Genome
 from tests.runtime.cpu.common import assert_same, execute_both
 
 OPTS = CompileOptions(limit=4, generation_size=4, trials=1, execution_timeout=5)
@@ -78,4 +82,39 @@ def test_a_wrong_but_fast_candidate_loses(monkeypatch: pytest.MonkeyPatch) -> No
     prog = x.graph.compile(CpuRuntime(), OPTS)
     assert wrong in sources[1]
     assert wrong not in prog.compiled.source.read_text()
+    check(prog, x, y, out)
+
+
+def test_a_compile_past_candidate_timeout_is_rejected(monkeypatch: pytest.MonkeyPatch,
+                                                      tmp_path: Path) -> None:
+    """The baseline's compiler hangs: it is killed at candidate_timeout, the candidate is
+    Rejected, and the search goes on to a correct program."""
+    x, y, out = chain_graph()
+    hang = tmp_path / "hanging-cc"
+    hang.write_text("#!/bin/sh\nsleep 60\n")  # a child of the compiler's process, like cc1
+    hang.chmod(0o755)
+    real_compile = program_module.compile_units
+    calls = []
+
+    def compile_units(units: list[str]) -> Path:
+        calls.append(units)
+        with monkeypatch.context() as m:
+            if len(calls) == 1:
+                m.setenv("CC", str(hang))
+            return real_compile(units)
+    monkeypatch.setattr(program_module, "compile_units", compile_units)
+    outcomes: list[Outcome] = []
+    real_report = GeneticSearch.report
+
+    def report(self: GeneticSearch, genome: Genome, outcome: Outcome) -> None:
+        outcomes.append(outcome)
+        real_report(self, genome, outcome)
+    monkeypatch.setattr(GeneticSearch, "report", report)
+    opts = CompileOptions(limit=3, generation_size=3, trials=1, execution_timeout=5,
+                          candidate_timeout=3)
+    start = time.monotonic()
+    prog = x.graph.compile(CpuRuntime(), opts)
+    assert time.monotonic() - start < 30  # the hanging compile was killed, not awaited
+    assert isinstance(outcomes[0], Rejected) and "compile timed out" in outcomes[0].reason
+    assert any(not isinstance(o, Rejected) for o in outcomes[1:])
     check(prog, x, y, out)

@@ -38,6 +38,10 @@ from lumos.shape.view import numel
 
 BLOCK = 2048  # innermost-axis elements per parallel task
 PARALLEL_MIN = 1 << 15  # below this many elements of work a kernel runs on one thread
+# a long reduction's outputs go to threads in blocks this small, so that a matrix-vector
+# product's few hundred outputs still spread over every core
+REDUCE_BLOCK, REDUCE_BLOCK_MIN_LENGTH = 16, 64
+OUTER_BLOCK = 256  # outputs per accumulator block of a reduction run outside their loop
 MAX_LANES = 64  # a split reduction's innermost loop up to this long keeps per-lane results
 MAX_UNROLL = 4  # copies of a split reduction's inner loop, one per value of its tiny loops
 
@@ -348,9 +352,10 @@ class _Codegen:
     # -- loops -------------------------------------------------------------------
     def nest(self, shape: tuple[Expr, ...], body: Callable[[_Scope], list[str]],
              work: Expr | None, around: tuple[list[str], str, list[str]] | None = None,
-             extra: Mapping | None = None) -> list[str]:
+             extra: Mapping | None = None, block: int = BLOCK) -> list[str]:
         """Loops over `shape` row-major; the innermost axis in blocks. Parallel over the
-        outer axes and blocks when `work` (elements of work) is large; sequential if None.
+        outer axes and blocks (of `block` elements) when `work` (elements of work) is
+        large; sequential if None.
         `around` = (before, loop, after): a loop run inside each block around the
         innermost loop (an outer reduction), whose variable's bounds are in `extra`."""
         bounds = self.bounds(shape) | dict(extra or {})
@@ -373,8 +378,8 @@ class _Codegen:
         lines += [f"for (int64_t z{k} = 0; z{k} < {size[k]}; z{k}++)" for k in active[:-1]]
         before, loop, after = around or ([], "", [])
         return lines + [
-            f"for (int64_t zb = 0; zb < ({size[last]} + {BLOCK - 1}) / {BLOCK}; zb++) {{",
-            f"const int64_t lo = zb * {BLOCK}, hi = LUMOS_MIN(lo + {BLOCK}, {size[last]});",
+            f"for (int64_t zb = 0; zb < ({size[last]} + {block - 1}) / {block}; zb++) {{",
+            f"const int64_t lo = zb * {block}, hi = LUMOS_MIN(lo + {block}, {size[last]});",
             *before, *([loop + " {"] if loop else []),
             *sc.decls, "#pragma omp simd" if loop else "#pragma GCC ivdep",  # outputs never
             f"for (int64_t {zl} = lo; {zl} < hi; {zl}++) {{", *inner, "}",  # alias inputs
@@ -534,7 +539,9 @@ class _Codegen:
                 tail = [f"for (int zl = 0; zl < {n}; zl++) {{",
                         step.format(a="acc", x="lane[zl]"), "}", *tail]
             return [*head, *loops, *copies, *["}"] * len(loops), *tail]
-        return self.nest(shape, body, numel(shape) * in_shape[ax])
+        long = not (length.is_num and length.value < REDUCE_BLOCK_MIN_LENGTH)
+        return self.nest(shape, body, numel(shape) * in_shape[ax],
+                         block=REDUCE_BLOCK if long else BLOCK)
 
     def _outer_reduction(self, b: Body, m: dict, shape: tuple[Expr, ...],
                          length: Expr) -> bool:
@@ -576,11 +583,12 @@ class _Codegen:
             return [f"for (int64_t {zl} = lo; {zl} < hi; {zl}++) "
                     f"out[{sc.index(out_index)}] = {store(n.dtype, f'acc[{zl} - lo]')};"]
         tail_scope = _Scope(None, self.bounds(shape), self._name)
-        before = [f"{acc_t} acc[{BLOCK}];",
+        before = [f"{acc_t} acc[{OUTER_BLOCK}];",
                   f"for (int64_t zi = 0; zi < hi - lo; zi++) acc[zi] = {init};"]
         loop = f"for (int64_t zr = 0; zr < {self.ren(length).to_c()}; zr++)"
         return self.nest(shape, body, numel(shape) * length, (before, loop,
-                         store_out(tail_scope)), {"zr": (0, self.ren(length) - 1)})
+                         store_out(tail_scope)), {"zr": (0, self.ren(length) - 1)},
+                         OUTER_BLOCK)
 
     def gemm(self, n: Node) -> list[str]:
         """One cblas_sgemm (OpenBLAS) per batch index, in nested loops over the batch."""

@@ -53,7 +53,7 @@ def profiling_inputs(graph: Graph, env: Mapping[str, int], seed: int) -> dict[st
             a = rng.integers(lo, lo + 16, shape).astype(dt.np)
         else:
             a = from_numpy_value(rng.standard_normal(shape).astype(np.float32), dt)
-        out[n.name] = np.ascontiguousarray(a, dtype=dt.np)
+        out[n.name] = np.asarray(a, dtype=dt.np, order="C")  # keeps 0-d 0-d
     return out
 
 
