@@ -32,6 +32,8 @@ class Program:
         self.graph = graph
         self._data: dict[int, np.ndarray] = {}
         self._results: dict[int, np.ndarray] = {}
+        self._inputs: list[int] | None = None  # Input nodes (and those with symbolic shapes)
+        self._symbolic: list[int] = []
 
     # -- binding ---------------------------------------------------------------
     def set_data(self, tensor: Tensor, array: Any) -> None:
@@ -71,11 +73,15 @@ class Program:
             if k not in self.graph.dims:
                 raise BindError(f"execute: unknown dimension {k!r}; the graph has "
                                 f"{sorted(self.graph.dims)}")
-        inputs = [i for i, n in enumerate(self.graph.nodes) if n.op == "Input"]
-        for i in inputs:
+        if self._inputs is None:  # (static shapes were checked by set_data)
+            self._inputs = [i for i, n in enumerate(self.graph.nodes) if n.op == "Input"]
+            self._symbolic = [i for i in self._inputs
+                              if any(not e.is_num for e in self.graph.nodes[i].shape)]
+        for i in self._inputs:
             if i not in self._data:
                 raise BindError(f"execute: input {self.graph.nodes[i].name!r} has no data; "
                                 "bind it with program.set_data(tensor, array)")
+        for i in self._symbolic:
             for e, got in zip(self.graph.nodes[i].shape, self._data[i].shape, strict=True):
                 if e.op == "var":
                     name = e.args[0]
@@ -90,7 +96,7 @@ class Program:
             if env[name] < lo or (hi is not None and env[name] > hi):
                 raise BindError(f"execute: dimension {name!r}={env[name]} is outside its "
                                 f"declared range [{lo}, {hi}]")
-        for i in inputs:
+        for i in self._symbolic:
             n = self.graph.nodes[i]
             want = tuple(e.eval(env) for e in n.shape)
             if want != self._data[i].shape:

@@ -113,15 +113,17 @@ class CompiledProgram:
                            f"{list(shape)}: {t / 1e3:.1f} us, {nbytes / max(t, 1):.3g} GB/s")
 
     def run(self, inputs: Sequence[np.ndarray], env: Mapping[str, int],
-            outputs: Sequence[np.ndarray]) -> None:
+            outputs: Sequence[np.ndarray], pointers: Sequence[int] | None = None) -> None:
         """Compute into `outputs` (C-contiguous, right shapes) from `inputs`, which must be
-        C-contiguous arrays of the inputs' shapes and storage dtypes (unchecked)."""
+        C-contiguous arrays of the inputs' shapes and storage dtypes (unchecked); their
+        data `pointers` if the caller has them."""
         offsets, total = self.plan(env)
         if self._arena.size < total + ALIGN:
             self._arena = np.empty(total + ALIGN, np.uint8)
         arena = -(-self._arena.ctypes.data // ALIGN) * ALIGN
         dims = np.array([env[d] for d in self.layout.dims] or [0], np.int64)
-        ins = (ctypes.c_void_p * max(len(inputs), 1))(*(a.ctypes.data for a in inputs))
+        ins = (ctypes.c_void_p * max(len(inputs), 1))(
+            *(pointers if pointers is not None else [a.ctypes.data for a in inputs]))
         outs = (ctypes.c_void_p * max(len(outputs), 1))(*(a.ctypes.data for a in outputs))
         self._function()(arena, offsets.ctypes.data, ins, outs, dims.ctypes.data)
 
@@ -288,6 +290,7 @@ class CpuProgram(Program):
         self.buckets, self.programs = buckets, programs
         self._by_name = {n.name: i for i, n in enumerate(graph.nodes) if n.op == "Input"}
         self._spare: dict[int, np.ndarray] = {}  # by output: scratch when it is fed back
+        self._pointers: dict[int, tuple[np.ndarray, int]] = {}  # id -> (array, data pointer)
 
     @property
     def compiled(self) -> CompiledProgram:
@@ -297,7 +300,16 @@ class CpuProgram(Program):
     def _run(self, env: dict[str, int]) -> None:
         c = self.programs[select(self.buckets, env)]
         inputs = [self._data[self._by_name[name]] for name in c.layout.input_names]
-        starts = np.array([a.ctypes.data for a in inputs] or [0], np.int64)
+        pointers = []
+        for a in inputs:  # (a.ctypes.data costs microseconds; weights stay bound for long)
+            hit = self._pointers.get(id(a))
+            if hit is None or hit[0] is not a:
+                hit = self._pointers[id(a)] = (a, a.ctypes.data)
+            pointers.append(hit[1])
+        if len(self._pointers) > 4 * len(inputs):  # forget arrays no longer bound
+            bound = {id(a) for a in inputs}
+            self._pointers = {k: v for k, v in self._pointers.items() if k in bound}
+        starts = np.array(pointers or [0], np.int64)
         ends = starts + np.array([a.nbytes for a in inputs] or [0], np.int64)
 
         def aliased(a: np.ndarray) -> bool:  # overlaps an input's memory
@@ -320,7 +332,7 @@ class CpuProgram(Program):
             else:
                 buffers.append(result)
             results.append(result)
-        c.run(inputs, env, buffers)
+        c.run(inputs, env, buffers, pointers)
         if c.layout.profiled:
             c.log_profile(env)
         for o, result, buf in zip(self.graph.outputs, results, buffers, strict=True):
