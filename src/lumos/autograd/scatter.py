@@ -55,44 +55,80 @@ def scatter_add(g: Tensor, view: View, shape: Sequence[Expr]) -> Tensor:
     read = _Read(view)
     eqs = read.equations(shape)
     kept = {d.name for eq in eqs for d in eq.kept}
-    groups = [[d] for d in read.digits if d.name not in kept]
-    src = _summands(g, view, shape, read, eqs, groups)
-    k = 0
-    while k + 1 < len(groups):  # one summed axis for digits g reads as one stride
+    summed = [d for d in read.digits if d.name not in kept]
+    if summed and not any(d in summed for eq in eqs for d, _ in eq.terms):
+        return _broadcast(g, view, shape, read, eqs, kept, summed)
+    value = _number([[d] for d in summed], len(shape))
+    ok = ONE
+    for eq in eqs:
+        ok = ok & eq.solve(value)
+    src, start = _crop(_read_at(g, view, read, value, shape + tuple(d.size for d in summed), ok))
+    out = g._with_view(src)  # cropped: summed only where some z lands (a slice: its inside)
+    for axis in reversed(range(len(shape), len(src.shape))):
+        out = node(g.graph, "SumReduce", [out], axis=axis)
+    at = out.view
+    for i, size in enumerate(shape):
+        if start[f"z{i}"] is not ZERO or at.shape[i] is not size:
+            at = at.pad(i, start[f"z{i}"], size - start[f"z{i}"] - at.shape[i])
+    return out._with_view(at)
+
+
+def _broadcast(g: Tensor, view: View, shape: tuple[Expr, ...], read: _Read,
+               eqs: list[_Equation], kept: set[str], summed: list[_Digit]) -> Tensor:
+    """The adjoint of a read whose summed digits are absent from the index (broadcast):
+    g summed over them in the read's own order first (a matrix product's reduction,
+    Gemm-shaped, over only the positions read), then that sum viewed at the producer's
+    positions. Summed digits that g reads as one stride are one summed axis."""
+    keep = [[d] for d in read.digits if d.name in kept]
+    groups = [[d] for d in summed]
+
+    def summands(groups: list[list[_Digit]]) -> View:
+        sizes = tuple(numel([d.size for d in grp]) for grp in (*keep, *groups))
+        return _read_at(g, view, read, _number([*keep, *groups], 0), sizes, ONE)
+
+    src, k = summands(groups), 0
+    while k + 1 < len(groups):
         merged = [*groups[:k], groups[k] + groups[k + 1], *groups[k + 2:]]
-        cand = _summands(g, view, shape, read, eqs, merged)
-        if _strided(cand, len(shape) + k):
+        cand = summands(merged)
+        if _strided(cand, len(keep) + k):
             groups, src = merged, cand
         else:
             k += 1
     out = g._with_view(src)
-    for axis in reversed(range(len(shape), len(src.shape))):
+    for axis in reversed(range(len(keep), len(src.shape))):
         out = node(g.graph, "SumReduce", [out], axis=axis)
-    return out
+    value: dict[str, Expr] = {}
+    ok = ONE
+    for eq in eqs:
+        ok = ok & eq.solve(value)
+    index = ZERO
+    for (d,), stride in zip(keep, row_major_strides([d.size for d, in keep]), strict=True):
+        index = index + value[d.var.args[0]] * stride
+    bounds = {f"z{i}": (0, s - 1) for i, s in enumerate(shape)}
+    return out._with_view(View(shape, _simplify(index, bounds), _simplify(ok, bounds)))
 
 
-def _summands(g: Tensor, view: View, shape: tuple[Expr, ...], read: _Read,
-              eqs: list[_Equation], groups: list[list[_Digit]]) -> View:
-    """g read at (target position, summed axes): one summed axis per group of digits,
-    the group's mixed-radix number."""
+def _number(groups: list[list[_Digit]], first: int) -> dict[str, Expr]:
+    """Each digit's value when group i is numbered (mixed radix) by axis `first + i`."""
     value = {}
     for i, group in enumerate(groups):
         weight = ONE
         for j, d in enumerate(reversed(group)):
-            at = z(len(shape) + i) // weight if weight is not ONE else z(len(shape) + i)
+            at = z(first + i) // weight if weight is not ONE else z(first + i)
             value[d.var.args[0]] = at % d.size if j < len(group) - 1 else at
             weight = weight * d.size
-    new_shape = shape + tuple(numel([d.size for d in group]) for group in groups)
-    ok = ONE
-    for eq in eqs:
-        ok = ok & eq.solve(value)
+    return value
+
+
+def _read_at(g: Tensor, view: View, read: _Read, value: dict[str, Expr],
+             shape: tuple[Expr, ...], ok: Expr) -> View:
+    """g over `shape`, read where the digits take `value` (valid there and where `ok`)."""
     digits = {d.name: d.back.subs(value) for d in read.digits}
     at = {k: e.subs(digits) for k, e in read.axes.items()}
-    ok = ok & read.inside.subs(digits)
-    src = g.view.remap(new_shape, at)
-    bounds = {f"z{i}": (0, s - 1) for i, s in enumerate(new_shape)}
-    valid = _simplify(src.valid & view.valid.subs(at) & ok, bounds)
-    return View(src.shape, _simplify(src.index, bounds), valid)
+    src = g.view.remap(shape, at)
+    bounds = {f"z{i}": (0, s - 1) for i, s in enumerate(shape)}
+    valid = src.valid & view.valid.subs(at) & read.inside.subs(digits) & ok
+    return View(src.shape, _simplify(src.index, bounds), _simplify(valid, bounds))
 
 
 def _strided(v: View, axis: int) -> bool:

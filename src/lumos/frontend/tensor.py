@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar, Union
+from weakref import WeakKeyDictionary
 
 from lumos.dtype import DType, as_dtype, bool_, f32, i32, i64, result_type
 from lumos.errors import DTypeError, ShapeError
@@ -715,7 +716,8 @@ def erf(x: Tensor) -> Tensor:
     poly: Tensor | float = _ERF_TAYLOR[n - 1]
     for c in reversed(_ERF_TAYLOR[:n - 1]):
         poly = add(mul(x2, poly), c)
-    return where(lt(abs(x), 0.5), mul(x, poly), sub(1.0, erfc(x)))
+    y = where(lt(abs(x), 0.5), mul(x, poly), sub(1.0, erfc(x)))
+    return derivative(y, x, lambda: mul(exp(mul(x2, -1.0)), 2.0 / math.sqrt(math.pi)))
 
 
 @_half_safe
@@ -725,7 +727,25 @@ def gelu(x: Tensor, approximate: str = "none") -> Tensor:
         return mul(mul(x, 0.5), add(tanh(inner), 1.0))
     if approximate != "none":
         raise ValueError(f"gelu: approximate must be 'none' or 'tanh', not {approximate!r}")
-    return mul(mul(x, 0.5), erfc(mul(x, -1.0 / math.sqrt(2.0))))
+    cdf = mul(erfc(mul(x, -1.0 / math.sqrt(2.0))), 0.5)  # Phi(x)
+    y = mul(x, cdf)
+    return derivative(y, x, lambda: add(cdf, mul(x, mul(exp(mul(mul(x, x), -0.5)),
+                                                        1.0 / math.sqrt(2.0 * math.pi)))))
+
+
+# Derivatives of composite elementwise ops, for lumos.autograd: per graph, result node ->
+# (input, a function building dy/dx). Reverse mode through gelu's formulation (a
+# 13-step series, a select) stores and reads back every step; its derivative is a few
+# elementwise ops.
+DERIVATIVES: WeakKeyDictionary[Graph, dict[int, tuple[Tensor, Callable[[], Tensor]]]] = \
+    WeakKeyDictionary()
+
+
+def derivative(y: Tensor, x: Tensor, dydx: Callable[[], Tensor]) -> Tensor:
+    """Record that y (a whole node, elementwise in x, of x's shape) has derivative dydx()."""
+    if y.view == View.contiguous(y.graph.nodes[y.node].shape):
+        DERIVATIVES.setdefault(y.graph, {})[y.node] = (x, dydx)
+    return y
 
 
 @_half_safe

@@ -114,6 +114,50 @@ def evaluate(node: Node, args: list[np.ndarray], in_dtypes: list[DType], env: di
     raise NotImplementedError(op)
 
 
+def _products(g: Graph, needed: set[int]) -> set[int]:
+    """Mul nodes (f32, f64, ints) read only by one SumReduce, whole and in order: a
+    matrix product's broadcast Mul, which run_hlir never materializes but sums as it
+    multiplies (np.einsum; the sum's order is unspecified as it is for np.sum)."""
+    readers: dict[int, list[int]] = {}
+    for i in needed:
+        for j in g.nodes[i].inputs:
+            readers.setdefault(j, []).append(i)
+    out = set()
+    for i in needed:
+        n = g.nodes[i]
+        if n.op != "Mul" or n.dtype.is_bool or n.dtype is f16 or n.dtype is bf16 \
+                or i in g.outputs or len(readers.get(i, ())) != 1:
+            continue
+        r = g.nodes[readers[i][0]]
+        if r.op == "SumReduce" and r.views[0].is_contiguous() and r.views[0].shape == n.shape:
+            out.add(i)
+    return out
+
+
+def _sum_of_products(a: np.ndarray, b: np.ndarray, axis: int) -> np.ndarray | None:
+    """sum(a * b, axis) without the product when it is a matrix product (each factor
+    broadcast along an axis the other is not): the broadcast axes are dropped and np.einsum
+    contracts the rest (BLAS), floats in f64 (then rounded: at least as exact as a sum of
+    rounded products). None otherwise."""
+    letters = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"[:a.ndim]
+
+    def bcast(x: np.ndarray, k: int) -> bool:
+        return x.strides[k] == 0 and x.shape[k] > 1
+
+    drop_a = [bcast(a, k) and not bcast(b, k) for k in range(a.ndim)]
+    drop_b = [bcast(b, k) and not drop_a[k] for k in range(a.ndim)]
+    if not (any(drop_a) and any(drop_b)) or drop_a[axis] or drop_b[axis]:
+        return None
+    if a.dtype.kind == "f":
+        a, b = a.astype(np.float64, copy=False), b.astype(np.float64, copy=False)
+    xa = a[tuple(0 if d else slice(None) for d in drop_a)]
+    xb = b[tuple(0 if d else slice(None) for d in drop_b)]
+    sa = "".join(c for c, d in zip(letters, drop_a, strict=True) if not d)
+    sb = "".join(c for c, d in zip(letters, drop_b, strict=True) if not d)
+    out = letters[:axis] + letters[axis + 1:]
+    return np.einsum(f"{sa},{sb}->{out}", xa, xb, optimize=True)
+
+
 def _int_fmod(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """C `%` on integers (truncated); x % 0 is defined here as 0."""
     safe = np.where(b == 0, 1, b)
@@ -133,15 +177,30 @@ def run_hlir(g: Graph, inputs: Mapping[str, np.ndarray], env: dict[str, int]) ->
     its inputs' data by name."""
     needed = set(live_nodes(g))
     last_use = {j: i for i in sorted(needed) for j in g.nodes[i].inputs}
-    vals: dict[int, np.ndarray] = {}
+    products = _products(g, needed)
+    vals: dict[int, Any] = {}
     with np.errstate(all="ignore"):
         for i, node in enumerate(g.nodes):
             if i not in needed:
                 continue
-            args = [read(vals[j], v, env) for j, v in zip(node.inputs, node.views, strict=True)]
-            in_dtypes = [g.nodes[j].dtype for j in node.inputs]
-            data = inputs.get(node.name) if node.op == "Input" else None  # type: ignore[arg-type]
-            vals[i] = evaluate(node, args, in_dtypes, env, data)
+            args = [read(vals[j], v, env) for j, v in zip(node.inputs, node.views, strict=True)
+                    if j not in products]
+            if i in products:  # kept as its factors, for the sum that reads it
+                vals[i] = args
+                continue
+            if node.op == "SumReduce" and node.inputs[0] in products:
+                j = node.inputs[0]
+                r = _sum_of_products(*vals[j], node.axis)
+                if r is None:  # not a matrix product: multiply, then sum, as written
+                    d = g.nodes[j].dtype
+                    args = [evaluate(g.nodes[j], vals[j], [g.nodes[k].dtype
+                                                            for k in g.nodes[j].inputs], env)]
+                    r = evaluate(node, args, [d], env)
+                vals[i] = from_numpy_value(r, node.dtype)
+            else:
+                in_dtypes = [g.nodes[j].dtype for j in node.inputs]
+                data = inputs.get(node.name) if node.op == "Input" else None  # type: ignore[arg-type]
+                vals[i] = evaluate(node, args, in_dtypes, env, data)
             del args
             for j in set(node.inputs):  # free what no later node reads
                 if last_use[j] == i and j not in g.outputs:
