@@ -35,6 +35,24 @@ class CandidateError(LumosError, RuntimeError):
     """A candidate crashed, hung or raised while running in the sandbox."""
 
 
+_STASH: dict[str, Mapping[str, Any]] = {}  # in the worker: values sent once (Sandbox.put)
+
+
+def _stash(key: str, value: Mapping[str, Any]) -> None:
+    _STASH[key] = value
+
+
+class Stashed:
+    """An argument standing for `[stash[key][n] for n in names]` of a value `put` into
+    the worker earlier: large inputs cross the pipe once per search, not per call."""
+
+    def __init__(self, key: str, names: Sequence[str]) -> None:
+        self.key, self.names = key, list(names)
+
+    def resolve(self) -> list[Any]:
+        return [_STASH[self.key][n] for n in self.names]
+
+
 def serve() -> None:
     """The worker's loop: calls from stdin, replies on (a private copy of) stdout."""
     out = os.fdopen(os.dup(1), "wb")
@@ -46,6 +64,7 @@ def serve() -> None:
         except EOFError:
             return
         try:
+            args = [a.resolve() if isinstance(a, Stashed) else a for a in args]
             reply = ("ok", fn(*args))
         except Exception as e:  # reported to the parent, which raises it
             reply = ("error", f"{type(e).__name__}: {e}")
@@ -57,12 +76,14 @@ class Sandbox:
 
     def __init__(self) -> None:
         self._proc: subprocess.Popen | None = None
+        self._stashed: set[str] = set()  # keys the current worker holds
 
     def _start(self) -> subprocess.Popen:
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
         self._proc = subprocess.Popen(
             [sys.executable, "-c", "from lumos.runtime.cpu.isolate import serve; serve()"],
             env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        self._stashed = set()
         self._receive(STARTUP_TIMEOUT, "starting the sandbox")
         return self._proc
 
@@ -96,6 +117,14 @@ class Sandbox:
             self.close()
             raise CandidateError(f"{what}: the sandbox process died") from None
         return self._receive(timeout, what)
+
+    def put(self, key: str, value: Mapping[str, Any], timeout: float | None) -> None:
+        """Keep `value` in the worker under `key` (sent again only to a new worker); pass
+        `Stashed(key, names)` to `run` to use it."""
+        alive = self._proc is not None and self._proc.poll() is None
+        if not alive or key not in self._stashed:
+            self.run(_stash, key, value, timeout=timeout)
+            self._stashed.add(key)
 
     def close(self) -> None:
         if self._proc is not None:

@@ -14,6 +14,7 @@ representative dims.
 
 from __future__ import annotations
 
+import itertools
 import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -24,7 +25,7 @@ from lumos.dtype import DType, from_numpy_value, to_numpy_value
 from lumos.graph import Graph
 from lumos.logs import log
 from lumos.runtime.cpu.cc import CompileError, CompileTimeout, time_limit
-from lumos.runtime.cpu.isolate import CandidateError, Sandbox
+from lumos.runtime.cpu.isolate import CandidateError, Sandbox, Stashed
 from lumos.runtime.cpu.program import CompiledProgram
 from lumos.runtime.reference import run_hlir
 from lumos.search import GeneticSearch, Genome, Invalid, Measured, Outcome, Rejected
@@ -71,6 +72,9 @@ def matches(got: np.ndarray, want: np.ndarray, dt: DType) -> bool:
     return bool(np.allclose(g, w, rtol=tol, atol=tol * max(1.0, scale), equal_nan=True))
 
 
+_SEARCHES = itertools.count()
+
+
 def timed(program: CompiledProgram, inputs: Sequence[np.ndarray], env: Mapping[str, int],
           trials: int) -> float:
     """Runs in the sandbox: the median seconds of `trials` runs after one warm-up."""
@@ -89,6 +93,7 @@ def tune(graph: Graph, search: GeneticSearch, realize: Callable[[Genome], Compil
     """The fastest correct program `search` finds; `realize` compiles a genome."""
     opts: CompileOptions = search.options
     data = profiling_inputs(graph, env, opts.seed)
+    key = f"inputs-{next(_SEARCHES)}"  # the sandbox holds them for the whole search
     want = run_hlir(graph, data, dict(env))
     dtypes = [graph.nodes[o].dtype for o in graph.outputs]
     programs: dict[tuple, CompiledProgram] = {}
@@ -106,8 +111,9 @@ def tune(graph: Graph, search: GeneticSearch, realize: Callable[[Genome], Compil
             if isinstance(e, CompileTimeout):
                 log("search", f"candidate rejected: {e}")
             return Rejected(str(e))
-        inputs = [data[name] for name in program.layout.input_names]
+        inputs = Stashed(key, program.layout.input_names)
         try:
+            sandbox.put(key, data, timeout=120.0)
             got = sandbox.run(program, inputs, dict(env), timeout=opts.execution_timeout)
             for k, (a, w, dt) in enumerate(zip(got, want, dtypes, strict=True)):
                 if not matches(a, w, dt):
