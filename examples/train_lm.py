@@ -91,7 +91,7 @@ def logits(c: Config, P: dict, tok: Any, f: SimpleNamespace) -> Any:
         h = f.layer_norm(x, (d,), P[f"{i}.ln1w"], P[f"{i}.ln1b"])
         q, k, v = f.linear(h, P[f"{i}.qkv"]).split(d, -1)
         heads = [t.reshape(b, c.ctx, c.heads, d // c.heads).transpose(1, 2) for t in (q, k, v)]
-        a = f.attention(*heads, is_causal=True).transpose(1, 2).reshape(b, c.ctx, d)
+        a = f.attention(*heads, is_causal=True).transpose(1, 2).contiguous().reshape(b, c.ctx, d)
         x = x + f.linear(a, P[f"{i}.out"])
         h = f.layer_norm(x, (d,), P[f"{i}.ln2w"], P[f"{i}.ln2b"])
         x = x + f.linear(f.gelu(f.linear(h, P[f"{i}.fc"], P[f"{i}.fcb"])), P[f"{i}.proj"],

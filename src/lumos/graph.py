@@ -29,6 +29,14 @@ class Graph:
         self.output_of: dict[tuple[int, View], int] = {}  # (node, view) -> Output node
         self._dedup: dict[tuple[Node, str], int] = {}
         self._input_names: dict[str, int] = {}
+        # composite ops' vector-Jacobian products (frontend record_vjp, for lumos.autograd):
+        # node -> (input Tensor, g -> gradient of the input)
+        self.vjps: dict[int, tuple[Tensor, Any]] = {}
+
+    def __getstate__(self) -> dict:
+        """Without the VJPs (closures): a graph sent to a worker is compiled, not
+        differentiated."""
+        return self.__dict__ | {"vjps": {}}
 
     # -- building -----------------------------------------------------------
     def dim(self, name: str, min: int = 1, max: int | None = None) -> Expr:

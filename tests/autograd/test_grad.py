@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 import lumos
 from lumos.autograd import grad
 from lumos.frontend import nn
+from lumos.frontend.tensor import record_vjp
 from tests.helpers import assert_close, run
 
 F32, F64 = lumos.f32, lumos.f64
@@ -416,6 +417,43 @@ def test_where_adjoint_is_linear_in_size() -> None:
     for node in g.nodes[n:]:
         size = int(np.prod([s.value for s in node.shape]))
         assert size <= 2 * 64 * 64, node
+
+
+def test_composite_ops_use_their_recorded_vjp() -> None:
+    """gelu and softmax are differentiated by their closed forms (record_vjp), not
+    through their formulation (a 13-step series, a max shift compared back); a parameter
+    inside a recorded op's formulation falls back to the primitives' rules."""
+    g = lumos.Graph()
+    x = g.tensor((4, 5), F32)
+    for f in (lumos.gelu, lambda t: t.softmax(-1), lambda t: t.log_softmax(-1)):
+        loss = (f(x) * x).sum()
+        n = g.count()
+        grad(loss, [x])
+        assert g.count() - n < 16 and "MaxReduce" not in {m.op for m in g.nodes[n:]}
+    h = x * 2.0
+    y = record_vjp(lumos.exp(h), x, lambda g: g * 0.0)  # a wrong VJP
+    a = np.random.default_rng(0).standard_normal((4, 5)).astype(np.float32)
+    (dx,) = grad(y.sum(), [x])
+    dx2, dh = grad(y.sum(), [x, h])
+    got = run([dx, dx2, dh], {x: a})
+    assert_close(got[0], np.zeros((4, 5)), F32)  # the recorded VJP is what grad uses
+    assert_close(got[1], 2 * np.exp(2 * a), F32)
+    assert_close(got[2], np.exp(2 * a), F32)
+
+
+def test_embedding_gradient_is_one_hot_matrix_product() -> None:
+    """The weight gradient of an embedding is one SumReduce of g times a one-hot matrix
+    compared on the token ids (not their broadcast over the width): BLAS-shaped."""
+    g = lumos.Graph()
+    w, tok = g.tensor((7, 5), F32), g.tensor((3, 4), lumos.i64)
+    loss = (nn.embedding(tok, w) ** 2).sum()
+    n = g.count()
+    (dw,) = grad(loss, [w])
+    new = g.nodes[n:]
+    assert "Gather" not in {m.op for m in new}
+    (s,) = [m for m in new if m.op == "SumReduce"]
+    assert g.nodes[s.inputs[0]].op == "Mul" and s.views[0].shape[-1].value == 12
+    assert max(int(np.prod([e.value for e in m.shape])) for m in new) <= 3 * 4 * 5 * 7
 
 
 def test_integer_paths_carry_no_gradient() -> None:

@@ -62,6 +62,18 @@ def test_single_edits(name: str, view: View) -> None:
         assert g.count("SumReduce") == 1
 
 
+def test_broadcast_sums_once_over_what_is_read() -> None:
+    """Broadcast axes that g reads with one stride are summed as one axis (a matrix
+    product's batch and rows: one Gemm), and only the elements read are summed (a
+    slice's adjoint is a view of the sum, zero outside)."""
+    g = check(C((3, 8)).slice(1, 2, 4).unsqueeze(0).unsqueeze(0).expand((5, 2, 3, 4)), (3, 8))
+    (s,) = [n for n in g.nodes if n.op == "SumReduce"]
+    assert np.prod([e.value for e in s.shape]) == 12 and s.views[0].shape[-1].value == 10
+    g = check(C((3, 4)).unsqueeze(0).expand((2, 3, 4)).unsqueeze(0).expand((5, 2, 3, 4)),
+              (3, 4))
+    assert g.count("SumReduce") == 1
+
+
 def test_windows_and_diagonals() -> None:
     """Overlapping windows sum over the window index; a diagonal scatters into a square."""
     check(C((10,)).remap((4, 4), {"z0": z(0) * 2 + z(1)}), (10,))

@@ -10,9 +10,11 @@ are symbolic expressions of the position z (from Iota, Constant, Add, Mul, Cast)
 * bool parts (the condition of `where`), whatever their coefficient: one view read
   per value, on the gradient masked to it (`where(cond, g, 0)`);
 * an opaque part with a constant coefficient (embedding rows, gather along a dim):
-  a one-hot axis over the values it can take where the position is in range,
-  `where(L == v, g, 0)`, then `scatter_add` of that through the view at `e + c*v`.
-  This is O(numel(index) * values) and exact;
+  a one-hot axis over the values it can take where the position is in range, then
+  `scatter_add` through the view at `e + c*v` of `g * (L == v)` (alone: a matrix
+  product the CPU runs as BLAS; a non-finite g then spreads NaN over its column, as
+  0 * inf) or of `where(cond and L == v, g, 0)` (with bool parts). This is
+  O(numel(index) * values);
 * anything else: one-hot over every data position, O(numel(index) * numel(data)).
 """
 
@@ -21,8 +23,9 @@ from __future__ import annotations
 from itertools import product
 
 from lumos.autograd.scatter import coords, scatter_add
+from lumos.dtype import DType
 from lumos.frontend.tensor import Tensor, eq, iota, logical_and, logical_not, where
-from lumos.shape import Expr, View, nrange, simplify, sym, z
+from lumos.shape import Expr, View, nrange, proves_lt, simplify, sym, z
 from lumos.shape.expr import ONE, ZERO
 from lumos.shape.view import numel
 
@@ -50,12 +53,17 @@ def gather_adjoint(g: Tensor, idx: Tensor, data_shape: tuple[Expr, ...]) -> Tens
             hit = leaf if v else logical_not(leaf)
             mask = hit if mask is None else logical_and(mask, hit)
         gg, shape = g, g.view.shape
-        if rest:
+        if rest and mask is None:  # a one-hot matrix product: g times (leaf == v)
+            (c, leaf), (lo, size) = rest[0], rng
+            v = z(len(shape)) + lo
+            shape, q = (*shape, size), q + c * v
+            gg = g.unsqueeze(-1) * _one_hot(leaf, lo, size, g.dtype)
+        elif rest:
             (c, leaf), (lo, size) = rest[0], rng
             v = z(len(shape)) + lo
             shape = (*shape, size)
             hit = eq(leaf.unsqueeze(-1), iota(g.graph, v, shape, leaf.dtype))
-            mask = hit if mask is None else logical_and(mask.unsqueeze(-1), hit)
+            mask = logical_and(mask.unsqueeze(-1), hit)
             q, gg = q + c * v, g.unsqueeze(-1)
         if mask is not None:
             gg = where(mask, gg, 0.0)
@@ -63,6 +71,22 @@ def gather_adjoint(g: Tensor, idx: Tensor, data_shape: tuple[Expr, ...]) -> Tens
         total = part if total is None else total + part
     assert total is not None
     return total.reshape(*data_shape)
+
+
+def _one_hot(leaf: Tensor, lo: Expr, size: Expr, dtype: DType) -> Tensor:
+    """(leaf == lo + v) as `dtype`, v along a new last axis of `size` values. Built on the
+    leaf's node when that is no larger than the read (token ids broadcast over the
+    embedding width), then read through the leaf's view: the hot matrix does not vary
+    along broadcast axes, so its product with g sums as one matrix product."""
+    n = leaf.graph.nodes[leaf.node]
+    shape = leaf.view.shape
+    if leaf.view.valid is ONE and not proves_lt(numel(shape), numel(n.shape), {}):
+        whole = Tensor(leaf.graph, leaf.node, View.contiguous(n.shape), leaf.dtype)
+        hot = eq(whole.unsqueeze(-1), iota(leaf.graph, z(len(n.shape)) + lo, (*n.shape, size),
+                                          leaf.dtype)).to(dtype)
+        return hot._with_view(View((*shape, size), leaf.view.index * size + z(len(shape))))
+    return eq(leaf.unsqueeze(-1), iota(leaf.graph, z(len(shape)) + lo, (*shape, size),
+                                       leaf.dtype)).to(dtype)
 
 
 def _values(q: Expr, c: Expr, nd: Expr, bounds: dict) -> tuple[Expr, Expr] | None:

@@ -128,6 +128,7 @@ class Trainer:
         for _, new in self.updates:
             new.output(persist=True)
         self.program = loss.graph.compile(runtime or ReferenceRuntime(), options)
+        self._bound: dict[Tensor, np.ndarray] = {}  # input -> the result array bound to it
         for t, value in optimizer.initial.items():
             self.program.set_data(t, value)
 
@@ -135,6 +136,7 @@ class Trainer:
         """Bind parameter (or state) values."""
         for t, a in values.items():
             self.program.set_data(t, a)
+            self._bound.pop(t, None)
 
     def step(self, feeds: Mapping[Tensor, Any] | None = None,
              dims: Mapping[str, int] | None = None) -> np.ndarray:
@@ -142,7 +144,10 @@ class Trainer:
         self.program.execute(dims)
         loss = self.program.get(self.loss).copy()
         for t, new in self.updates:
-            self.program.set_data(t, self.program.get(new))
+            value = self.program.get(new)
+            if self._bound.get(t) is not value:  # else the run wrote it in place (persist)
+                self.program.set_data(t, value)
+                self._bound[t] = value
         return loss
 
     def get(self, t: Tensor) -> np.ndarray:

@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from lumos.autograd.gather import gather_adjoint
 from lumos.autograd.scatter import scatter_add
 from lumos.errors import DTypeError, ShapeError
-from lumos.frontend.tensor import DERIVATIVES, Tensor, cos, eq, full_like, node, trunc
+from lumos.frontend.tensor import Tensor, cos, eq, full_like, node, trunc
 from lumos.graph import Graph
 from lumos.hlir import Node
 from lumos.shape import View
@@ -98,12 +98,12 @@ def grad(loss: Tensor, params: Sequence[Tensor],
         adj[i] = d if i not in adj else adj[i] + d
 
     accumulate(loss.node, scatter_add(seed, loss.view, nodes[loss.node].shape))
-    custom = _derivatives(graph, live, {p.node for p in params})
+    custom = _custom(graph, live, {p.node for p in params})
     for i in sorted(live, reverse=True):
         n = nodes[i]
         if i in custom and i in adj:
-            x, dydx = custom[i]
-            accumulate(x.node, scatter_add(adj[i] * dydx(), x.view, nodes[x.node].shape))
+            x, vjp = custom[i]
+            accumulate(x.node, scatter_add(vjp(adj[i]), x.view, nodes[x.node].shape))
             continue
         if i not in adj or n.op not in RULES:
             continue
@@ -131,15 +131,16 @@ def _check(loss: Tensor, params: Sequence[Tensor]) -> None:
                              "gradient with respect to the whole tensor")
 
 
-def _derivatives(graph: Graph, live: set[int],
-                 params: set[int]) -> dict[int, tuple[Tensor, Callable[[], Tensor]]]:
-    """The recorded derivatives (frontend `derivative`: gelu, erf) that apply: of a float
-    input on the way to the loss, with no parameter among the nodes they skip."""
+def _custom(graph: Graph, live: set[int],
+            params: set[int]) -> dict[int, tuple[Tensor, Callable[[Tensor], Tensor]]]:
+    """The recorded VJPs of composite ops (frontend `record_vjp`: gelu, softmax, ...)
+    that apply: of a float input on the way to the loss, with no parameter among the
+    nodes they skip."""
     out = {}
-    for i, (x, dydx) in DERIVATIVES.get(graph, {}).items():
+    for i, (x, vjp) in graph.vjps.items():
         if i in live and x.node in live and graph.nodes[x.node].dtype.is_float and \
                 not params & (_between(graph, {x.node}, i) - {x.node, i}):
-            out[i] = (x, dydx)
+            out[i] = (x, vjp)
     return out
 
 

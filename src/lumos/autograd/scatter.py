@@ -78,22 +78,17 @@ def _broadcast(g: Tensor, view: View, shape: tuple[Expr, ...], read: _Read,
     """The adjoint of a read whose summed digits are absent from the index (broadcast):
     g summed over them in the read's own order first (a matrix product's reduction,
     Gemm-shaped, over only the positions read), then that sum viewed at the producer's
-    positions. Summed digits that g reads as one stride are one summed axis."""
+    positions. Neighbouring digits (kept, or summed) that g reads as one stride are one
+    axis: a matrix product's batch and rows are one BLAS call."""
     keep = [[d] for d in read.digits if d.name in kept]
     groups = [[d] for d in summed]
 
-    def summands(groups: list[list[_Digit]]) -> View:
+    def summands(keep: list[list[_Digit]], groups: list[list[_Digit]]) -> View:
         sizes = tuple(numel([d.size for d in grp]) for grp in (*keep, *groups))
         return _read_at(g, view, read, _number([*keep, *groups], 0), sizes, ONE)
 
-    src, k = summands(groups), 0
-    while k + 1 < len(groups):
-        merged = [*groups[:k], groups[k] + groups[k + 1], *groups[k + 2:]]
-        cand = summands(merged)
-        if _strided(cand, len(keep) + k):
-            groups, src = merged, cand
-        else:
-            k += 1
+    groups = _merged(g, groups, lambda gs: summands(keep, gs), len(keep))[0]
+    keep, src = _merged(g, keep, lambda ks: summands(ks, groups), 0)
     out = g._with_view(src)
     for axis in reversed(range(len(keep), len(src.shape))):
         out = node(g.graph, "SumReduce", [out], axis=axis)
@@ -101,11 +96,31 @@ def _broadcast(g: Tensor, view: View, shape: tuple[Expr, ...], read: _Read,
     ok = ONE
     for eq in eqs:
         ok = ok & eq.solve(value)
+    digits = [d for grp in keep for d in grp]  # merging keeps the row-major layout
     index = ZERO
-    for (d,), stride in zip(keep, row_major_strides([d.size for d, in keep]), strict=True):
+    for d, stride in zip(digits, row_major_strides([d.size for d in digits]), strict=True):
         index = index + value[d.var.args[0]] * stride
     bounds = {f"z{i}": (0, s - 1) for i, s in enumerate(shape)}
     return out._with_view(View(shape, _simplify(index, bounds), _simplify(ok, bounds)))
+
+
+def _merged(g: Tensor, groups: list[list[_Digit]], build: Callable[[list[list[_Digit]]], View],
+            first: int) -> tuple[list[list[_Digit]], View]:
+    """Neighbouring groups (numbered from axis `first` of the views `build` makes) joined
+    wherever g, and the reads of g's node when it is a product, see one stride."""
+    src, k = build(groups), 0
+    while k + 1 < len(groups):
+        merged = [*groups[:k], groups[k] + groups[k + 1], *groups[k + 2:]]
+        cand = build(merged)
+        n = g.graph.nodes[g.node]
+        reads = [w.at_flat(cand.index) for w in n.views] if n.op == "Mul" else []
+        bounds = {f"z{i}": (0, s - 1) for i, s in enumerate(cand.shape)}
+        if all(_strided(_simplify(e, bounds), first + k)
+               for e in (cand.index, cand.valid, *(e for r in reads for e in r))):
+            groups, src = merged, cand
+        else:
+            k += 1
+    return groups, src
 
 
 def _number(groups: list[list[_Digit]], first: int) -> dict[str, Expr]:
@@ -131,11 +146,10 @@ def _read_at(g: Tensor, view: View, read: _Read, value: dict[str, Expr],
     return View(src.shape, _simplify(src.index, bounds), _simplify(valid, bounds))
 
 
-def _strided(v: View, axis: int) -> bool:
-    """Whether no `//` or `%` of v's index or validity reads axis `axis`."""
+def _strided(e: Expr, axis: int) -> bool:
+    """Whether no `//` or `%` of e reads axis `axis`."""
     name = f"z{axis}"
-    return not any(e.op in ("fdiv", "mod") and name in e.args[0].vars()
-                   for e in (*_subterms(v.index), *_subterms(v.valid)))
+    return not any(t.op in ("fdiv", "mod") and name in t.args[0].vars() for t in _subterms(e))
 
 
 def coords(flat: Expr, shape: Sequence[Expr]) -> dict[str, Expr]:

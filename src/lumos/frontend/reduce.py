@@ -34,6 +34,7 @@ from lumos.frontend.tensor import (
     ne,
     neg,
     node,
+    record_vjp,
     relu,
     scalar,
     sqrt,
@@ -371,18 +372,27 @@ def softmax(x: Tensor, dim: int, dtype: Any = None) -> Tensor:
     or holds +inf is NaN, as in torch."""
     dt, axes, shifted = _shifted(x, dim, dtype, "softmax")
     e = exp(shifted)
-    return div(e, _reduce(e, "SumReduce", axes, True)).to(dt)
+    y = div(e, _reduce(e, "SumReduce", axes, True))
+    return record_vjp(y, _xc(x, dt), lambda g: mul(y, sub(g, _reduce(mul(g, y), "SumReduce",
+                                                                     axes, True)))).to(dt)
 
 
 @tensor_method
 def log_softmax(x: Tensor, dim: int, dtype: Any = None) -> Tensor:
     dt, axes, shifted = _shifted(x, dim, dtype, "log_softmax")
-    return sub(shifted, log(_reduce(exp(shifted), "SumReduce", axes, True))).to(dt)
+    y = sub(shifted, log(_reduce(exp(shifted), "SumReduce", axes, True)))
+    return record_vjp(y, _xc(x, dt), lambda g: sub(g, mul(exp(y), _reduce(g, "SumReduce", axes,
+                                                                          True)))).to(dt)
 
 
 def _shifted(x: Tensor, dim: int, dtype: Any, op: str) -> tuple[DType, list[int], Tensor]:
     """(result dtype, the axis, x - max along it in the accumulation dtype)."""
     axes = _axis(x, dim, op)
     dt = _float_only(x, op, dtype)
-    xc = x.to(dt).to(_accumulator(dt))
+    xc = _xc(x, dt)
     return dt, axes, sub(xc, _reduce(xc, "MaxReduce", axes, True))
+
+
+def _xc(x: Tensor, dt: DType) -> Tensor:
+    """x in dtype dt, then in its accumulation dtype."""
+    return x.to(dt).to(_accumulator(dt))

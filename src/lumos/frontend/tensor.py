@@ -14,7 +14,6 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar, Union
-from weakref import WeakKeyDictionary
 
 from lumos.dtype import DType, as_dtype, bool_, f32, i32, i64, result_type
 from lumos.errors import DTypeError, ShapeError
@@ -717,7 +716,7 @@ def erf(x: Tensor) -> Tensor:
     for c in reversed(_ERF_TAYLOR[:n - 1]):
         poly = add(mul(x2, poly), c)
     y = where(lt(abs(x), 0.5), mul(x, poly), sub(1.0, erfc(x)))
-    return derivative(y, x, lambda: mul(exp(mul(x2, -1.0)), 2.0 / math.sqrt(math.pi)))
+    return record_vjp(y, x, lambda g: mul(g, mul(exp(mul(x2, -1.0)), 2.0 / math.sqrt(math.pi))))
 
 
 @_half_safe
@@ -728,23 +727,18 @@ def gelu(x: Tensor, approximate: str = "none") -> Tensor:
     if approximate != "none":
         raise ValueError(f"gelu: approximate must be 'none' or 'tanh', not {approximate!r}")
     cdf = mul(erfc(mul(x, -1.0 / math.sqrt(2.0))), 0.5)  # Phi(x)
-    y = mul(x, cdf)
-    return derivative(y, x, lambda: add(cdf, mul(x, mul(exp(mul(mul(x, x), -0.5)),
-                                                        1.0 / math.sqrt(2.0 * math.pi)))))
+    pdf = lambda: mul(exp(mul(mul(x, x), -0.5)), 1.0 / math.sqrt(2.0 * math.pi))  # noqa: E731
+    return record_vjp(mul(x, cdf), x, lambda g: mul(g, add(cdf, mul(x, pdf()))))
 
 
-# Derivatives of composite elementwise ops, for lumos.autograd: per graph, result node ->
-# (input, a function building dy/dx). Reverse mode through gelu's formulation (a
-# 13-step series, a select) stores and reads back every step; its derivative is a few
-# elementwise ops.
-DERIVATIVES: WeakKeyDictionary[Graph, dict[int, tuple[Tensor, Callable[[], Tensor]]]] = \
-    WeakKeyDictionary()
-
-
-def derivative(y: Tensor, x: Tensor, dydx: Callable[[], Tensor]) -> Tensor:
-    """Record that y (a whole node, elementwise in x, of x's shape) has derivative dydx()."""
+def record_vjp(y: Tensor, x: Tensor, vjp: Callable[[Tensor], Tensor]) -> Tensor:
+    """Record (in `graph.vjps`, for lumos.autograd) that y, a whole node and a function of
+    x alone, has gradient vjp(g) with respect to x (of x's shape) for a gradient g of y;
+    returns y. Reverse mode through a composite op's formulation (gelu's 13-step series
+    and selects, softmax's max shift compared back with isnan checks) stores and reads
+    back every step; the closed form is a few ops."""
     if y.view == View.contiguous(y.graph.nodes[y.node].shape):
-        DERIVATIVES.setdefault(y.graph, {})[y.node] = (x, dydx)
+        y.graph.vjps[y.node] = (x, vjp)
     return y
 
 

@@ -15,6 +15,7 @@ representative dims.
 from __future__ import annotations
 
 import itertools
+import math
 import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -38,8 +39,10 @@ RTOL = {"f64": 1e-10, "f32": 1e-4, "f16": 1e-2, "bf16": 5e-2}
 
 
 def profiling_inputs(graph: Graph, env: Mapping[str, int], seed: int) -> dict[str, np.ndarray]:
-    """Random data for every input, by name: floats standard normal, ints in [-8, 8)
-    ([0, 16) unsigned), bools fair coins."""
+    """Random data for every input, by name: floats normal with standard deviation
+    1/sqrt(fan-in) (the product of all but the first axis: 1 for vectors), as weights are
+    initialized, so that a deep model's activations stay O(1) and its rounding errors small
+    instead of growing layer by layer; ints in [-8, 8) ([0, 16) unsigned), bools fair coins."""
     rng = np.random.default_rng(seed)
     out = {}
     for n in graph.nodes:
@@ -53,7 +56,8 @@ def profiling_inputs(graph: Graph, env: Mapping[str, int], seed: int) -> dict[st
             lo = -8 if dt.signed else 0
             a = rng.integers(lo, lo + 16, shape).astype(dt.np)
         else:
-            a = from_numpy_value(rng.standard_normal(shape).astype(np.float32), dt)
+            scale = 1 / math.sqrt(max(1, math.prod(shape[1:])))
+            a = from_numpy_value((rng.standard_normal(shape) * scale).astype(np.float32), dt)
         out[n.name] = np.asarray(a, dtype=dt.np, order="C")  # keeps 0-d 0-d
     return out
 
