@@ -12,9 +12,10 @@
     mobilenet MobileNetV2, a batch of 8 x 224x224: images/s. Peers: torch eager, inductor.
 
 lumos runs through the library's own entry points (`lumos.cli.bench_llm`, the
-SentenceEncoder and Classifier); `--search N` times N candidates per dim bucket (0: the
-runtime's default program; a compile that finds the program in the artifact cache is
-quick: LUMOS_ARTIFACTS=off compiles anew). Its output is checked against the eager peer's before any
+SentenceEncoder and Classifier); `--search N` times N candidates per dim bucket
+(default 3: the CPU runtime's baseline and its two fused seeds; 0: the unsearched
+baseline; a compile that finds the program in the artifact cache is quick:
+LUMOS_ARTIFACTS=off compiles anew). Its output is checked against the eager peer's before any
 timing counts. Every system is timed in the same run (medians of `--rounds`); ratios
 are lumos' throughput over the peer's (> 1: lumos is faster). Inductor compiles with
 freezing (weights as constants), its fastest inference setting on CPU. A model or peer
@@ -22,7 +23,7 @@ that fails records its error and the run goes on. OMP_WAIT_POLICY defaults to pa
 (recorded). Writes results/models.json. A full run takes 10-20 minutes on 2 cores.
 
     .venv/bin/python benchmarks/models.py [--models smollm2 minilm mobilenet]
-        [--runtime cpu|reference] [--search 0] [--rounds 3] [--peers ...]
+        [--runtime cpu|reference] [--search 3] [--rounds 3] [--peers ...]
 """
 
 from __future__ import annotations
@@ -389,8 +390,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", nargs="+", choices=list(MODELS), default=list(MODELS))
     ap.add_argument("--runtime", choices=("cpu", "reference"), default="cpu")
-    ap.add_argument("--search", type=int, default=0, metavar="N",
-                    help="lumos: time N candidates per dim bucket (0: no search)")
+    ap.add_argument("--search", type=int, default=3, metavar="N",
+                    help="lumos: time N candidates per dim bucket (default 3: the CPU "
+                         "runtime's baseline and seed programs; 0: no search)")
     ap.add_argument("--rounds", type=int, default=3, help="timed runs per measure (median)")
     ap.add_argument("--peers", nargs="+", choices=PEERS, default=list(PEERS))
     args = ap.parse_args()
