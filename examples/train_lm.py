@@ -91,6 +91,8 @@ def logits(c: Config, P: dict, tok: Any, f: SimpleNamespace) -> Any:
         h = f.layer_norm(x, (d,), P[f"{i}.ln1w"], P[f"{i}.ln1b"])
         q, k, v = f.linear(h, P[f"{i}.qkv"]).split(d, -1)
         heads = [t.reshape(b, c.ctx, c.heads, d // c.heads).transpose(1, 2) for t in (q, k, v)]
+        # contiguous: the heads' outputs copied into rows (torch's reshape copies too), so
+        # the output projection and its weight gradient are plain matrix products
         a = f.attention(*heads, is_causal=True).transpose(1, 2).contiguous().reshape(b, c.ctx, d)
         x = x + f.linear(a, P[f"{i}.out"])
         h = f.layer_norm(x, (d,), P[f"{i}.ln2w"], P[f"{i}.ln2b"])

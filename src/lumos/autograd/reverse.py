@@ -5,7 +5,9 @@ result into gradients of the values it read: one vector-Jacobian product per pri
 (`RULES`), written with ordinary Tensor ops. Each of those is carried back through
 the view the node read that input with (`scatter_add`) and added to the producer's
 gradient. Everything built is an ordinary node of the same graph: the backward pass
-compiles and runs like any other program.
+compiles and runs like any other program. Composite ops that recorded a closed-form VJP
+(`graph.vjps`, frontend `record_vjp`: gelu, erf, softmax, log_softmax) send the
+gradient straight to their input instead of through their formulation.
 
 Integer and bool values (indices, comparisons, Iota, Mod and casts of integers) carry
 no gradient. Ties of MaxReduce share the gradient evenly (torch.amax's rule), so

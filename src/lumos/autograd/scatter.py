@@ -22,7 +22,12 @@ over the window index):
    mixed-radix number is injective: w_j determines them through `//` and `%`. Every
    other digit (absent: broadcast; overlapping the chain: windows) is summed over.
 3. d = g read at (digits of w, summed digits), valid where w is hit, then SumReduce
-   over the summed digits.
+   over the summed digits, computed only over the box of positions hit (a slice's
+   adjoint: the sum over its inside, read padded). When the summed digits are absent
+   from the index (broadcast: a matrix product's operands), g is summed first in the
+   read's own order, over the elements read only, and the sum is then viewed at the
+   producer's positions; neighbouring digits g reads with one stride are one axis
+   (one summed axis, one BLAS call over a product's batch and rows).
 
 An index the analysis cannot make linear raises a `LumosError` naming the view.
 """
