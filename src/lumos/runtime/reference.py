@@ -148,10 +148,10 @@ def _sum_of_products(a: np.ndarray, b: np.ndarray, axis: int) -> np.ndarray | No
     drop_b = [bcast(b, k) and not drop_a[k] for k in range(a.ndim)]
     if not (any(drop_a) and any(drop_b)) or drop_a[axis] or drop_b[axis]:
         return None
-    if a.dtype.kind == "f":
-        a, b = a.astype(np.float64, copy=False), b.astype(np.float64, copy=False)
     xa = a[tuple(0 if d else slice(None) for d in drop_a)]
     xb = b[tuple(0 if d else slice(None) for d in drop_b)]
+    if a.dtype.kind == "f":  # (after dropping the broadcast axes: no copy of their extent)
+        xa, xb = xa.astype(np.float64), xb.astype(np.float64)
     sa = "".join(c for c, d in zip(letters, drop_a, strict=True) if not d)
     sb = "".join(c for c, d in zip(letters, drop_b, strict=True) if not d)
     out = letters[:axis] + letters[axis + 1:]
