@@ -20,6 +20,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
+from plot import save_curve
 
 import lumos
 from lumos.autograd import AdamW, Trainer
@@ -143,6 +144,7 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--lr", type=float, default=3e-3)
     ap.add_argument("--sample", type=int, default=80, help="characters to generate")
+    ap.add_argument("--png", default=None, help="write the loss curve to this PNG")
     args = ap.parse_args()
     text = corpus()
     chars = sorted(set(text))
@@ -159,13 +161,18 @@ def main() -> None:
           f" parameters; graph {g.count()} nodes, compiled in {time.perf_counter() - t0:.1f}s")
 
     data, start = batches(ids, c.ctx, args.batch, rng), time.perf_counter()
+    curve = []
     for step in range(args.steps):
         x, y = next(data)
         value = float(trainer.step({tok: x, tgt: y}))
+        curve.append(value)
         if step % max(args.steps // 10, 1) == 0 or step == args.steps - 1:
             print(f"step {step:4d}  loss {value:.4f}")
     print(f"{args.steps / (time.perf_counter() - start):.1f} steps/s on the {args.runtime} "
           "runtime")
+    if args.png:
+        save_curve(curve, args.png, "cross-entropy")
+        print(f"wrote {args.png}")
 
     # greedy sampling: a forward-only program for one window, loaded with the trained weights
     _, Q, qtok, qtgt, qz, _ = build(c, 1)

@@ -1,8 +1,8 @@
 """Train an MLP on a synthetic three-arm spiral with lumos.autograd and AdamW.
 
 Forward, backward and the optimizer update are one compiled lumos program; each step
-binds the updated weights back as inputs. Prints the loss curve (and, when matplotlib
-is installed, writes it to a PNG).
+binds the updated weights back as inputs. Prints the loss curve (and with --png writes
+it to a PNG).
 
     python examples/train_mlp.py --steps 300 --png mlp_loss.png
 """
@@ -13,6 +13,7 @@ import argparse
 import time
 
 import numpy as np
+from plot import save_curve
 
 import lumos
 from lumos.autograd import AdamW, Trainer
@@ -33,7 +34,7 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=300)
     ap.add_argument("--hidden", type=int, default=32)
     ap.add_argument("--lr", type=float, default=0.01)
-    ap.add_argument("--png", default=None, help="write the loss curve here (needs matplotlib)")
+    ap.add_argument("--png", default=None, help="write the loss curve to this PNG")
     args = ap.parse_args()
     rng = np.random.default_rng(0)
     data, labels = spiral(100, 3, rng)
@@ -60,18 +61,8 @@ def main() -> None:
             print(f"step {step:4d}  loss {curve[-1]:.4f}  accuracy {acc:.2f}")
     print(f"{args.steps / (time.perf_counter() - start):.1f} steps/s on the reference runtime")
     if args.png:
-        try:
-            import matplotlib.pyplot as plt
-        except ImportError:
-            print("matplotlib is not installed: no PNG written")
-            return
-        plt.plot(curve)
-        plt.xlabel("step")
-        plt.ylabel("cross-entropy")
-        plt.yscale("log")
-        plt.savefig(args.png, dpi=120)
+        save_curve(curve, args.png, "cross-entropy")
         print(f"wrote {args.png}")
-
 
 if __name__ == "__main__":
     main()
