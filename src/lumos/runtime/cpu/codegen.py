@@ -31,7 +31,7 @@ from lumos.dtype import DType, bf16, f16, from_numpy_value
 from lumos.graph import live_nodes
 from lumos.hlir import UNARY, Node
 from lumos.logs import enabled
-from lumos.runtime.cpu.kernels import Apply, Body, Kernels, Load, Matrix, gemm
+from lumos.runtime.cpu.kernels import Apply, Body, Kernels, Load, Matrix, body_loads, gemm
 from lumos.shape import Expr, Num, Var, View, simplify, z
 from lumos.shape.expr import ONE, ZERO
 from lumos.shape.view import numel
@@ -553,7 +553,7 @@ class _Codegen:
             return False
         zl = f"z{active[-1]}"
         strided = False
-        for x in _body_loads(b):
+        for x in body_loads(b):
             e = self.prep(x.view.index.subs(m), shape)
             for v, ok in ((zl, (0, 1)), ("zr", None)):
                 base = e.subs({v: 0})
@@ -727,19 +727,6 @@ def generate(g: Kernels) -> tuple[tuple[str, ...], Layout]:
     layout = Layout(tuple(g.dims), tuple(buffers[:len(inputs)]),
                     tuple(buffers[len(inputs):]), tuple(temps), len(order), profiled)
     return ("\n".join(parts), *units.values()), layout
-
-
-def _body_loads(b: Body) -> list[Load]:
-    out, seen, stack = [], set(), [b]
-    while stack:
-        x = stack.pop()
-        if id(x) not in seen:
-            seen.add(id(x))
-            if isinstance(x, Load):
-                out.append(x)
-            else:
-                stack.extend(x.args)
-    return out
 
 
 def _conjuncts(e: Expr) -> frozenset[Expr]:

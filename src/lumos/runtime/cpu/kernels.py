@@ -168,8 +168,8 @@ class Kernels:
         return sum(n.op not in ("Input", "Constant") for n in self.nodes)
 
 
-def loads(b: Body) -> list[int]:
-    """The buffers body `b` reads, each shared subtree visited once."""
+def body_loads(b: Body) -> list[Load]:
+    """The loads in body `b`, each shared subtree visited once, left to right."""
     out, seen, stack = [], set(), [b]
     while stack:
         x = stack.pop()
@@ -177,10 +177,15 @@ def loads(b: Body) -> list[int]:
             continue
         seen.add(id(x))
         if isinstance(x, Load):
-            out.append(x.src)
+            out.append(x)
         else:
             stack.extend(reversed(x.args))
     return out
+
+
+def loads(b: Body) -> list[int]:
+    """The buffers body `b` reads."""
+    return [x.src for x in body_loads(b)]
 
 
 def from_graph(g: Graph) -> Kernels:
