@@ -15,7 +15,7 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -65,6 +65,18 @@ def add_search_option(p: argparse.ArgumentParser) -> None:
                    help="time N candidate programs per compiled shape bucket; 0: the runtime's "
                         f"unsearched baseline (default: {SEEDED_SEARCH} on the cpu runtime: the "
                         "baseline and its fused seed programs; 0 on the reference runtime)")
+
+
+def median_seconds(fn: Callable[[], object], rounds: int) -> float:
+    """The median wall time of `fn` over `rounds` calls, after one warm-up call (the first
+    touch of a program's buffers): the model commands' `bench`."""
+    fn()
+    times = []
+    for _ in range(rounds):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return float(np.median(times))
 
 
 def _say(message: str) -> None:

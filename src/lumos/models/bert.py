@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from lumos.cli import add_search_option, compile_options
+from lumos.cli import add_search_option, compile_options, median_seconds
 from lumos.dtype import i64
 from lumos.frontend.nn import scaled_dot_product_attention
 from lumos.frontend.tensor import Tensor, clamp, gelu, sqrt
@@ -213,13 +212,7 @@ def bench(args: Sequence[str]) -> int:
                           options=compile_options(opts.runtime, opts.search))
     ids = np.random.default_rng(0).integers(1000, 30000, (opts.batch, opts.seq))
     mask = np.ones_like(ids)
-    enc.embed(ids, mask)  # warm-up: first touch of the buffers
-    times = []
-    for _ in range(opts.rounds):
-        t0 = time.perf_counter()
-        enc.embed(ids, mask)
-        times.append(time.perf_counter() - t0)
-    t = float(np.median(times))
+    t = median_seconds(lambda: enc.embed(ids, mask), opts.rounds)
     print(f"minilm batch {opts.batch} x {opts.seq} tokens on the {opts.runtime} runtime: "
           f"{t * 1e3:.1f} ms, {opts.batch / t:.1f} sentences/s")
     return 0

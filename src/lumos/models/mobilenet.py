@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import argparse
 import pickle
-import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from lumos.cli import add_search_option, compile_options
+from lumos.cli import add_search_option, compile_options, median_seconds
 from lumos.errors import LumosError
 from lumos.frontend.nn import adaptive_avg_pool2d
 from lumos.frontend.tensor import Tensor, clamp
@@ -204,13 +203,7 @@ def bench(args: Sequence[str]) -> int:
                      max_batch=opts.batch,
                      options=compile_options(opts.runtime, opts.search))
     x = np.random.default_rng(0).standard_normal((opts.batch, 3, 224, 224), np.float32)
-    clf.probabilities(x)  # warm-up: first touch of the buffers
-    times = []
-    for _ in range(opts.rounds):
-        t0 = time.perf_counter()
-        clf.probabilities(x)
-        times.append(time.perf_counter() - t0)
-    t = float(np.median(times))
+    t = median_seconds(lambda: clf.probabilities(x), opts.rounds)
     print(f"mobilenet batch {opts.batch} x 224x224 on the {opts.runtime} runtime: "
           f"{t * 1e3:.1f} ms, {opts.batch / t:.1f} images/s")
     return 0

@@ -752,17 +752,14 @@ def _splits(b: Body, var: str, length: Expr) -> list[Expr]:
         return []
     found: set[int] = set()
     seen: set[int] = set()
-    stack: list = [b]
+    # (a load's validity includes that of the ops above it)
+    stack = [e for ld in body_loads(b) for e in (ld.view.index, ld.view.valid)]
     while stack:
         x = stack.pop()
         if id(x) in seen:
             continue
         seen.add(id(x))
-        if isinstance(x, Load):
-            stack += [x.view.index, x.view.valid]
-        elif isinstance(x, Apply):
-            stack += [*x.args, x.valid]
-        elif x.op in ("fdiv", "mod"):
+        if x.op in ("fdiv", "mod"):
             a, d = x.args
             if d.is_num and var in a.vars():
                 base = a.subs({var: 0})  # a = base + k*var: splits var at d / k
