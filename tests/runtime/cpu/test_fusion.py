@@ -12,6 +12,7 @@ import lumos
 from lumos.egraph import build_spaces
 from lumos.egraph.testing import RuleCheck
 from lumos.runtime.cpu import build
+from lumos.runtime.cpu.codegen import generate
 from lumos.runtime.cpu.kernels import RULES, cpu_space, from_genome
 from lumos.runtime.cpu.tune import matches, profiling_inputs
 from lumos.runtime.reference import run_hlir
@@ -92,3 +93,30 @@ def test_rule_offers_the_producer_inline() -> None:
                     "(ICons x (INil))) (INil))))")
     assert not rc.check(f"(= e (Op (HInput s d n) (INil))) (= l {load_exp}) "
                         "(= l (Op (EExp2 c) a))")  # an input is never inlined
+
+
+def quantized_gemv(qtype: str, dtype: lumos.DType = lumos.f32):
+    """x @ W.T with W packed as `qtype` (dequantized in the graph), `dtype` activations."""
+    from lumos.nn.quant import FORMATS, dequantize
+
+    def make(g: lumos.Graph) -> lumos.Tensor:
+        fmt, rows, blocks = FORMATS[qtype], 5, 3
+        parts = {p: g.tensor((rows, blocks), lumos.f16, p) for p in fmt.parts[:-1]}
+        parts["qs"] = g.tensor((rows, blocks, fmt.quant_bytes), fmt.quant, "qs")
+        x = g.tensor((2, blocks * 32), dtype, "x")
+        return x.to(lumos.f32) @ dequantize(qtype, parts).T
+    return make
+
+
+@pytest.mark.parametrize("qtype, dtype", [("Q8_0", lumos.f32), ("Q4_0", lumos.f32),
+                                          ("Q4_1", lumos.f32), ("Q8_0", lumos.i16)])
+def test_block_reductions_are_written_as_vectors(qtype: str, dtype: lumos.DType) -> None:
+    """A fused matrix-vector product over packed blocks splits its reduction at the blocks
+    (32) and nibble halves (16): the 16-lane loops are GCC vector code (codegen.vector),
+    reading bytes and widening them, and compute what the oracle computes."""
+    g = graph(quantized_gemv(qtype, dtype))
+    space = space_of(g)
+    genome = fused(space)
+    units, _ = generate(from_genome(space, genome, g.dims))
+    assert any("vector_size" in u for u in units)
+    run_genome(g, space, genome)

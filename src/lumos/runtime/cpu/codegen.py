@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from itertools import pairwise, product
@@ -42,6 +43,7 @@ PARALLEL_MIN = 1 << 15  # below this many elements of work a kernel runs on one 
 # product's few hundred outputs still spread over every core
 REDUCE_BLOCK, REDUCE_BLOCK_MIN_LENGTH = 16, 64
 OUTER_BLOCK = 256  # outputs per accumulator block of a reduction run outside their loop
+VECTOR_LANES = 16  # lanes of a vector-written reduction: 16 floats, one AVX-512 register
 MAX_LANES = 64  # a split reduction's innermost loop up to this long keeps per-lane results
 MAX_UNROLL = 4  # copies of a split reduction's inner loop, one per value of its tiny loops
 
@@ -49,6 +51,18 @@ PRELUDE = r"""#include <math.h>
 #include <omp.h>
 #include <stdint.h>
 #include <string.h>
+#ifdef __F16C__
+#include <immintrin.h>
+#endif
+/* 16 bytes to 16 int32s: GCC 12 converts a vector of bytes loaded from memory lane by lane */
+#ifdef __AVX512F__
+#include <immintrin.h>
+#define LUMOS_WIDEN_UINT8_X16(x, T) ((T)_mm512_cvtepu8_epi32((__m128i)(x)))
+#define LUMOS_WIDEN_INT8_X16(x, T) ((T)_mm512_cvtepi8_epi32((__m128i)(x)))
+#else
+#define LUMOS_WIDEN_UINT8_X16(x, T) __builtin_convertvector(x, T)
+#define LUMOS_WIDEN_INT8_X16(x, T) __builtin_convertvector(x, T)
+#endif
 
 /* glibc's vector math (libmvec, within a few ulp): lets loops calling these vectorize */
 #if defined(__x86_64__) && defined(__GLIBC__) && (__GLIBC__ > 2 || __GLIBC_MINOR__ >= 35)
@@ -112,6 +126,14 @@ static inline float lumos_f16_f32(uint16_t h) {
   }
   memcpy(&f, &u, 4);
   return f;
+}
+/* one value outside a vector loop: the F16C instruction where the CPU has it */
+static inline float lumos_f16_f32_one(uint16_t h) {
+#ifdef __F16C__
+  return _cvtsh_ss(h);
+#else
+  return lumos_f16_f32(h);
+#endif
 }
 static inline uint16_t lumos_f64_f16(double x) { /* round to nearest even, once */
   uint64_t u;
@@ -466,6 +488,76 @@ class _Codegen:
             return f"fmod{'f' if ct == 'float' else ''}({a}, {b})"
         return f"lumos_imod_{ct}({a}, {b})"
 
+    def vector(self, b: Body, m: dict, shape: tuple[Expr, ...], sc: _Scope, stmts: list[str],
+               done: dict[object, tuple[str, str, bool]], lanes: int,
+               known: frozenset = frozenset()) -> tuple[str, str, bool]:
+        """Body `b` over the `lanes` iterations of the innermost loop `sc.var` as GCC vector
+        code: (C value, its C element type, whether it is a vector; else a scalar the same
+        in every lane). Loads must read contiguously or not move in the loop; an op or
+        type this does not cover raises _Scalar (then the scalar loop is emitted): GCC
+        picks one vector size per loop by its narrowest type, so a byte-matrix reduction
+        of 16 lanes ran in 4-float registers; written as vectors it runs in 16-float ones."""
+        if isinstance(b, Load):
+            n = self.g.nodes[b.src]
+            v = b.view
+            index, valid = (simplify(self.prep(e.subs(m), shape), sc.bounds)
+                            for e in (v.index, v.valid))
+            if known and n.op == "Constant":
+                valid = _assume(valid, known)
+            var = sc.var
+            assert var is not None
+            if var in valid.vars() or n.dtype is f16 or n.dtype is bf16 or n.dtype.is_bool:
+                if var in valid.vars() or var in index.vars():
+                    raise _Scalar
+                raw = self.read(b.src, index, valid, sc)
+                return (f"lumos_f16_f32_one({raw})" if n.dtype is f16 else load(n.dtype, raw),
+                        value_type(n.dtype), False)
+            if n.op == "Constant" or var not in index.vars():
+                return self.read(b.src, index, valid, sc), storage(n.dtype), False
+            if index.subs({var: 0}) + Var(var) is not index:
+                raise _Scalar  # strided or not linear
+            ct, vt = storage(n.dtype), _vtype(storage(n.dtype), lanes)
+            key = (b.src, index, valid)  # the same vector is loaded once
+            if key not in done:
+                # through an unaligned, may_alias type: GCC widens a vector memcpy'd in
+                # byte by byte
+                x = f"*(const {vt}u *)&{self.arg(b.src)}[{sc.index(index)}]"
+                if valid is not ONE:
+                    x = f"({sc.pred(valid)} ? {x} : ({vt}){{0}})"
+                done[key] = self._name(), ct, True
+                stmts.append(f"const {vt} {done[key][0]} = {x};")
+            return done[key]
+        if id(b) in done:
+            return done[id(b)]
+        valid = simplify(self.prep(b.valid.subs(m), shape), sc.bounds)
+        in_dt = self.g.dtype(b.args[0])
+        ct = value_type(b.dtype)
+        if valid is ZERO:
+            return f"({ct})0", ct, False
+        if sc.var in valid.vars() or in_dt.is_bool or b.dtype.is_bool or \
+                b.dtype is f16 or b.dtype is bf16:
+            raise _Scalar
+        inner = known | _conjuncts(valid)
+        args = [self.vector(a, m, shape, sc, stmts, done, lanes, inner) for a in b.args]
+        if not any(vec for _, _, vec in args):  # the same in every lane: a scalar
+            x, vec = store(b.dtype, self.compute(b.op, in_dt, [a for a, _, _ in args])), False
+        elif b.op == "Cast":
+            (a, act, _), = args
+            x, vec = _convert(a, act, ct, lanes), True
+        elif b.op in ("Add", "Mul") or (b.op == "Recip" and in_dt.is_float):
+            x, vec = self.compute(b.op, in_dt, [a for a, _, _ in args]), True
+        elif b.op == "Mod" and not in_dt.is_float and _divisor(self.g, b.args[1], args[1][0]):
+            x, vec = f"(({args[0][0]}) % ({args[1][0]}))", True
+        else:
+            raise _Scalar
+        if valid is not ONE:
+            zero = f"({_vtype(ct, lanes)}){{0}}" if vec else f"({ct})0"
+            x = f"({sc.pred(valid)} ? {x} : {zero})"
+        name = self._name()
+        stmts.append(f"const {_vtype(ct, lanes) if vec else ct} {name} = {x};")
+        done[id(b)] = name, ct, vec
+        return done[id(b)]
+
     def reduce(self, n: Node, b: Body, out_index: Expr) -> list[str]:
         """Loops over the output; inside, a loop over the reduced axis evaluating `b`
         (a body over the input's shape, the output's axes plus `axis`)."""
@@ -512,36 +604,59 @@ class _Codegen:
                 math.prod(s.value for s in sizes[unroll - 1:]) <= MAX_UNROLL:
             unroll -= 1
         names = [v.args[0] for v in outer]
+        # sums over a power-of-two number of lanes are written as GCC vectors when the
+        # body allows (see `vector`)
+        vector = lanes >= 4 and lanes & (lanes - 1) == 0 and n.op == "SumReduce" and \
+            not dt.is_bool and acc_t == vt
 
         def body(sc: _Scope) -> list[str]:
             loops = [f"for (int64_t {v} = 0; {v} < {s.to_c()}; {v}++) {{"
                      for v, s in zip(names[:unroll], sizes[:unroll], strict=True)]
-            copies = []
             combos = list(product(*(range(s.value) for s in sizes[unroll:])))
-            for c, values in enumerate(combos):
-                fixed = dict(zip(names[unroll:], values, strict=True))
-                mc = {k: e.subs(fixed) for k, e in m.items()}
-                rb = sc.bounds | {"zr": (0, inner - 1)} | {
-                    v: (0, s - 1) for v, s in zip(names[:unroll], sizes[:unroll], strict=True)}
-                rs = _Scope("zr", rb, self._name)
-                stmts: list[str] = []
+            rb = sc.bounds | {"zr": (0, inner - 1)} | {
+                v: (0, s - 1) for v, s in zip(names[:unroll], sizes[:unroll], strict=True)}
+            cases = [{k: e.subs(dict(zip(names[unroll:], values, strict=True)))
+                      for k, e in m.items()} for values in combos]
+            head = [f"{acc_t} acc = {init};"]
+            tail = [f"out[{sc.index(out_index)}] = {store(dt, 'acc')};"]
+            n_lanes = lanes * len(combos)
+            if vector:
+                try:  # the lanes as vectors of (at most) one register each
+                    width, copies = min(lanes, VECTOR_LANES), []
+                    per = lanes // width
+                    for c, mc in enumerate(cases):
+                        rs, stmts = _Scope("zr", rb, self._name), []
+                        x, _, _ = self.vector(b, mc, shape, rs, stmts, {}, width)
+                        copies += ["{", *rs.decls,
+                                   f"for (int64_t zr = 0; zr < {lanes}; zr += {width}) {{",
+                                   *stmts, f"lv[{c * per} + zr / {width}] += {x};", "}", "}"]
+                    lv, nv = _vtype(acc_t, width), n_lanes // width
+                    head += [f"{lv} lv[{nv}];",
+                             f"for (int zl = 0; zl < {nv}; zl++) lv[zl] = ({lv}){{0}};"]
+                    tail = [f"for (int zl = 0; zl < {n_lanes}; zl++) {{",
+                            step.format(a="acc", x=f"lv[zl / {width}][zl % {width}]"), "}",
+                            *tail]
+                    return [*head, *loops, *copies, *["}"] * len(loops), *tail]
+                except _Scalar:
+                    pass
+            copies = []
+            for c, mc in enumerate(cases):
+                rs, stmts = _Scope("zr", rb, self._name), []
                 x = self.value(b, mc, shape, rs, stmts, {})
                 copies += ["{", *rs.decls, *simd,
                            f"for (int64_t zr = 0; zr < {inner.to_c()}; zr++) {{", *stmts,
                            f"const {vt} x = {x};",
                            step.format(a=acc.format(c=c), x="x"), "}", "}"]
-            head = [f"{acc_t} acc = {init};"]
-            tail = [f"out[{sc.index(out_index)}] = {store(dt, 'acc')};"]
             if lanes:  # one set of lanes per copy: independent chains of vector adds
-                n = lanes * len(combos)
-                head += [f"{acc_t} lane[{n}];",
-                         f"for (int zl = 0; zl < {n}; zl++) lane[zl] = {init};"]
-                tail = [f"for (int zl = 0; zl < {n}; zl++) {{",
+                head += [f"{acc_t} lane[{n_lanes}];",
+                         f"for (int zl = 0; zl < {n_lanes}; zl++) lane[zl] = {init};"]
+                tail = [f"for (int zl = 0; zl < {n_lanes}; zl++) {{",
                         step.format(a="acc", x="lane[zl]"), "}", *tail]
             return [*head, *loops, *copies, *["}"] * len(loops), *tail]
         long = not (length.is_num and length.value < REDUCE_BLOCK_MIN_LENGTH)
-        return self.nest(shape, body, numel(shape) * in_shape[ax],
-                         block=REDUCE_BLOCK if long else BLOCK)
+        lines = self.nest(shape, body, numel(shape) * in_shape[ax],
+                          block=REDUCE_BLOCK if long else BLOCK)
+        return _typedefs(lines) + lines
 
     def _outer_reduction(self, b: Body, m: dict, shape: tuple[Expr, ...],
                          length: Expr) -> bool:
@@ -727,6 +842,70 @@ def generate(g: Kernels) -> tuple[tuple[str, ...], Layout]:
     layout = Layout(tuple(g.dims), tuple(buffers[:len(inputs)]),
                     tuple(buffers[len(inputs):]), tuple(temps), len(order), profiled)
     return ("\n".join(parts), *units.values()), layout
+
+
+class _Scalar(Exception):
+    """A body the vector form does not cover: its loop is emitted as scalar C."""
+
+
+_SIZE = {"float": 4, "double": 8} | {f"{u}int{b}_t": b // 8 for u in ("", "u")
+                                     for b in (8, 16, 32, 64)}
+
+
+def _vtype(ct: str, lanes: int) -> str:
+    """The GCC vector type of `lanes` `ct`s (typedefs at the top of the kernel)."""
+    return f"lumos_{ct}_x{lanes}"
+
+
+def _typedefs(lines: list[str]) -> list[str]:
+    """Block-scope typedefs of the vector types `lines` use (`..._x16`; `..._x16u`: for
+    unaligned loads)."""
+    used = sorted({w for line in lines for w in re.findall(r"\blumos_\w+_x\d+u?\b", line)})
+    out = []
+    for name in used:
+        ct, lanes = name[len("lumos_"):].rstrip("u").rsplit("_x", 1)
+        extra = ", aligned(1), may_alias" if name.endswith("u") else ""
+        out.append(f"typedef {ct} {name} "
+                   f"__attribute__((vector_size({_SIZE[ct] * int(lanes)}){extra}));")
+    return out
+
+
+def _convert(x: str, src: str, dst: str, lanes: int) -> str:
+    """Vector `x` of `src`s as `dst`s, like C's scalar cast. Integers change width one
+    doubling (or halving) at a time (values kept: a wider signed type holds any narrower
+    integer), and meet floats as 32 or 64 bits: GCC 12 lowers other conversions lane by
+    lane."""
+    fl = ("float", "double")
+
+    def walk(x: str, a: str, b: str) -> str:  # integer a -> integer b, a width at a time
+        sa, sb = _SIZE[a], _SIZE[b]
+        while sa != sb:
+            sa = sa * 2 if sa < sb else sa // 2
+            t = b if sa == sb else f"int{8 * sa}_t"
+            x = f"__builtin_convertvector({x}, {_vtype(t, lanes)})"
+        return x
+    if src == dst:
+        return x
+    if src not in fl and dst not in fl:
+        return walk(x, src, dst)
+    if src not in fl:  # integer -> float: widen to 32 bits first
+        mid = src if _SIZE[src] >= 4 else "int32_t"
+        wide = f"LUMOS_WIDEN_{src[:-2].upper()}_X16({x}, {_vtype(mid, lanes)})" \
+            if _SIZE[src] == 1 and lanes == 16 else walk(x, src, mid)
+        return f"__builtin_convertvector({wide}, {_vtype(dst, lanes)})"
+    if dst not in fl:  # float -> integer: via 32 bits, then narrow
+        mid = dst if _SIZE[dst] >= 4 else "int32_t"
+        return walk(f"__builtin_convertvector({x}, {_vtype(mid, lanes)})", mid, dst)
+    return f"__builtin_convertvector({x}, {_vtype(dst, lanes)})"
+
+
+def _divisor(g: Kernels, b: Body, c: str) -> bool:
+    """Whether `b`, emitted as `c`, is a constant integer divisor (unguarded) for which
+    C's % is lumos's (not 0 or -1)."""
+    if not isinstance(b, Load) or g.nodes[b.src].op != "Constant":
+        return False
+    n = g.nodes[b.src]
+    return c == constant_literal(n) and int(n.value) not in (0, -1)  # type: ignore[arg-type]
 
 
 def _conjuncts(e: Expr) -> frozenset[Expr]:
