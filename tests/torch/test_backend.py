@@ -14,12 +14,15 @@ import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.fx.experimental.proxy_tensor import make_fx
 
 import lumos.torch as lt
+import lumos.torch.compiled as compiled_module
+from lumos.graph import Graph
 from lumos.runtime.cpu.program import CpuProgram
 from lumos.search.genome import SearchError
 from lumos.torch import cache
-from lumos.torch.compiled import CompiledGraph
+from lumos.torch.compiled import CompiledGraph, Programs, bucket_for
 from tests.torch.harness import assert_same
 from tests.torch.models import BertLayer, SmallCNN, TinyLlama
 
@@ -43,9 +46,9 @@ def runs(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     calls: list[int] = []
     run = CompiledGraph._run
 
-    def counted(self: CompiledGraph, args: tuple) -> Any:
+    def counted(self: CompiledGraph, *a: Any) -> Any:
         calls.append(1)
-        return run(self, args)
+        return run(self, *a)
 
     monkeypatch.setattr(CompiledGraph, "_run", counted)
     return calls
@@ -278,25 +281,53 @@ def test_a_failed_search_runs_the_unfused_program(monkeypatch: pytest.MonkeyPatc
     with torch.no_grad():
         assert_same(compiled(f)(x), f(x))
         assert "runs unfused" in capfd.readouterr().err and len(runs) == 1  # still in lumos
-        torch._dynamo.reset()
-        cache.clear()
+        torch._dynamo.reset()  # (the cache keeps the unfused program: not for strict)
         with pytest.raises(Exception, match="boom"):
             compiled(f, options={"strict": True})(x)
+
+
+def _internal_error(*args: Any, **kwargs: Any) -> Any:
+    raise RuntimeError("internal")
+
+
+@pytest.mark.parametrize("where", [
+    "_runtime", "translate", "read_dims", "cache.key", "compiled.read_dims", "Programs.find",
+    "Programs.__init__"])
+def test_internal_errors_never_reach_the_caller(where: str, monkeypatch: pytest.MonkeyPatch,
+                                                capfd: pytest.CaptureFixture[str]) -> None:
+    """Whatever fails inside lumos, at compile or run time, in a whole graph or in the
+    regions around an op that runs in PyTorch: eager's results and a warning; with
+    strict, the error."""
+    owner = {"cache": cache, "compiled": compiled_module, "Programs": Programs}.get(
+        where.split(".")[0], lt)
+    monkeypatch.setattr(owner, where.split(".")[-1], _internal_error)
+    m = WithTopk().eval()
+    f = compiled(m, options=REF)
+    with torch.no_grad():
+        for _ in range(2):
+            x = torch.randn(4, 6)
+            assert_same(f(x), m(x))
+        assert "internal" in capfd.readouterr().err
+        if where != "read_dims":  # (only graphs split around an op read their dims there)
+            torch._dynamo.reset()
+            with pytest.raises(Exception, match="internal"):
+                compiled(nn.Linear(6, 2).eval(), options=STRICT)(x)
 
 
 # -- options, cache, registration -------------------------------------------------------------
 
 def test_options() -> None:
     default = lt.Options.parse(None)
-    assert default.runtime == "cpu" and default.compile_options(["s"]).limit == lt.LIMIT == 3
-    assert lt.Options.parse({"limit": 7}).compile_options([]).limit == 7
+    assert default.runtime == "cpu" and default.compile_options({}).limit == lt.LIMIT == 3
+    assert lt.Options.parse({"limit": 7}).compile_options({}).limit == 7
     x = torch.randn(2, 3)
     with torch.no_grad():
         f = compiled(torch.sin, options={"cache": False, "limit": 5, "seed": 1,
                                          "buckets": [(1, 64, 16)], "runtime": "reference"})
         assert_same(f(x), torch.sin(x))
         for bad, msg in (({"bogus": 1}, "unknown lumos option"), ({"runtime": "gpu"}, "runtime"),
-                         ({"limit": 0}, "limit"), ({"buckets": [(5, 2, 3)]}, "bucket")):
+                         ({"limit": 0}, "limit"), ({"buckets": [(5, 2, 3)]}, "bucket"),
+                         ({"dim_buckets": {"s": [(1, 2, 1)]}}, "unknown lumos option")):
             torch._dynamo.reset()
             with pytest.raises(Exception, match=msg):
                 compiled(torch.cos, options=bad)(x)
@@ -316,9 +347,99 @@ def test_dim_buckets_on_cpu(runs: list[int]) -> None:
         for s, d in ((3, 4), (8, 9), (20, 4), (64, 30)):
             x = torch.randn(s, d)
             assert_same(c(x), f(x))
-    programs = [p for _, p in cache._entries.values()]
+    programs = [p for entry in cache._entries.values() for _, p in entry.entries]
     assert len(graphs) == 1 and len(runs) == 4
     assert [len(p.buckets) for p in programs if isinstance(p, CpuProgram)] == [4]
+
+
+def test_a_size_outside_the_buckets_compiles_a_bucket_for_it(
+        runs: list[int], capfd: pytest.CaptureFixture[str]) -> None:
+    """A size beyond every bucket gets a program for the power-of-two range around it
+    (logged once per bucket) and stays in lumos; a size inside a bucket reuses its program."""
+    def f(x: torch.Tensor) -> torch.Tensor:
+        return torch.softmax(x * 2, -1) + x.sum(0)
+
+    c = compiled(f, dynamic=True, options={"buckets": [(1, 8, 4)], **STRICT})
+    sizes = (3, 20, 30, 5, 100, 17)
+    with torch.no_grad():
+        for s in sizes:
+            x = torch.randn(s, 4)
+            assert_same(c(x), f(x))
+    assert len(runs) == len(sizes)  # every call ran in lumos
+    (entry,) = cache._entries.values()
+    assert len(entry.entries) == 3
+    assert {b for buckets, _ in entry.entries for bs in buckets.values() for b in bs} == \
+        {(2, 8, 4), (17, 32, 32), (65, 128, 128)}  # the user's, cut to PyTorch's [2, inf)
+    assert capfd.readouterr().err.count("compiling one for") == 2
+
+
+def test_a_new_bucket_fills_the_gap_around_the_size() -> None:
+    assert bucket_for(20, 2, None, [(2, 8, 4)]) == (17, 32, 32)
+    assert bucket_for(10, 2, None, [(2, 8, 4), (12, 64, 16)]) == (9, 11, 11)
+    assert bucket_for(5, 2, 6, []) == (5, 6, 6)  # the dim's range caps it
+    assert bucket_for(1, 0, None, [(2, 8, 4)]) == (1, 1, 1)
+
+
+def test_a_failed_compile_for_a_new_bucket_runs_its_sizes_in_pytorch(
+        monkeypatch: pytest.MonkeyPatch, runs: list[int],
+        capfd: pytest.CaptureFixture[str]) -> None:
+    build = lt._program
+
+    def small_only(g: Any, runtime: Any, opts: Any, buckets: Any) -> Any:
+        if any(b[1] is None or b[1] > 8 for bs in buckets.values() for b in bs):
+            raise RuntimeError("no room")
+        return build(g, runtime, opts, buckets)
+
+    monkeypatch.setattr(lt, "_program", small_only)
+    f = lambda x: torch.softmax(x * 2, -1)  # noqa: E731
+    with torch.no_grad():
+        c = compiled(f, dynamic=True, options={"buckets": [(1, 8, 4)], **REF})
+        for s in (3, 20, 5, 25):
+            x = torch.randn(s, 4)
+            assert_same(c(x), f(x))
+        assert len(runs) == 2  # 3 and 5 in lumos; 20 and 25 in PyTorch
+        assert capfd.readouterr().err.count("no room") == 1  # [17, 32] was tried once
+        torch._dynamo.reset()
+        c = compiled(f, dynamic=True, options={"buckets": [(1, 8, 4)], **STRICT})
+        c(torch.randn(3, 4))
+        with pytest.raises(RuntimeError, match="no room"):
+            c(torch.randn(20, 4))
+
+
+def test_a_dynamic_graph_is_searched_at_the_size_that_made_it(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without buckets one program serves every length, searched at the length of the call
+    that made the graph dynamic (9, rounded up to 16), not at the dim's smallest (2)."""
+    seen: list[dict] = []
+    compile_graph = Graph.compile
+
+    def spy(g: Graph, runtime: Any, options: Any = None) -> Any:
+        seen.append(dict(options.dim_buckets))
+        return compile_graph(g, runtime, options)
+
+    monkeypatch.setattr(Graph, "compile", spy)
+    m = TinyLlama(layers=1).eval()
+    f = compiled(m, options=REF)
+    with torch.no_grad():
+        for s in (3, 9, 40, 5):
+            ids = torch.randint(0, 61, (1, s))
+            assert_same(f(ids), m(ids))
+    assert [list(b.values()) for b in seen] == [[], [((2, None, 16),)]]
+
+
+def test_the_cache_key_follows_every_option_that_matters() -> None:
+    gm = make_fx(lambda x: x.exp() + 1)(torch.randn(2, 3))
+
+    def key(**options: Any) -> str:
+        return cache.key(gm, lt.Options.parse({"runtime": "reference", **options}).signature(),
+                         [])
+
+    base = key()
+    assert key(limit=lt.LIMIT) == base  # the same resolved options
+    assert key(seed=1, trials=2) == key(trials=2, seed=1)
+    others = [key(runtime="cpu"), key(strict=True), key(limit=5), key(buckets=[(1, 8, 4)]),
+              key(seed=1)]
+    assert len({base, *others}) == 1 + len(others)
 
 
 def test_same_structure_hits_the_cache() -> None:

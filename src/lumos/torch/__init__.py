@@ -12,22 +12,28 @@ call. Options (`torch.compile(m, backend="lumos", options={...})`):
 - `cache`: reuse compiled graphs of the same structure (default True): in this process,
   and for the "cpu" runtime across processes through saved artifacts
   (`CompileOptions.cache`);
-- `buckets`: a list of (min, max, representative) buckets for every dynamic dim;
-- any `lumos.search.options.CompileOptions` field; `limit` defaults to `LIMIT` (3): the
-  CPU runtime's seed programs (unfused, fused, fused with BLAS), timed, the fastest kept.
+- `buckets`: a list of (min, max, representative) buckets for every dynamic dim, all
+  compiled with the graph (cut to the dim's range). Without them a dynamic graph gets one
+  program for every size, timed at the traced call's size rounded up to a power of two.
+  A size outside every bucket compiles a program for a new bucket holding it (the
+  power-of-two range around it, between the others), logged once, and stays in lumos;
+- any `lumos.search.options.CompileOptions` field but `dim_buckets`; `limit` defaults to
+  `LIMIT` (3): the CPU runtime's seed programs (unfused, fused, fused with BLAS), timed,
+  the fastest kept.
 
 Fallback: ops lumos cannot translate run in PyTorch (each logged once) and the
 regions between them in lumos; a graph that needs gradients runs eagerly with a
-one-line notice; a failed search compiles the unfused program instead, and any other
-error at compile or run time sends the graph to PyTorch, each with a warning. With
-`strict=True` each of these raises instead.
+one-line notice; a failed search compiles the unfused program instead; a failed compile
+for a new bucket runs that bucket's sizes in PyTorch, and any other error at compile or
+run time sends the graph to PyTorch, each with a warning: no internal error reaches the
+caller. With `strict=True` each of these raises instead (bad options always raise).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Iterable, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,14 +44,14 @@ from lumos.errors import LumosError
 from lumos.graph import Graph
 from lumos.logs import warn
 from lumos.runtime import Program
-from lumos.search.options import CompileOptions
+from lumos.search.options import Bucket, CompileOptions
 from lumos.torch import cache, partition
-from lumos.torch.compiled import CompiledGraph, Scope, read_dims
+from lumos.torch.compiled import Buckets, CompiledGraph, Programs, Scope, first_buckets, read_dims
 from lumos.torch.translate import known_dims, translate
 
 __all__ = ["Options", "backend"]
 
-_SEARCH_FIELDS = {f.name for f in dataclasses.fields(CompileOptions)}
+_SEARCH_FIELDS = {f.name for f in dataclasses.fields(CompileOptions)} - {"dim_buckets"}
 _RUNTIMES = ("cpu", "reference")
 LIMIT = 3  # candidates timed per graph: the CPU runtime's three seed programs
 
@@ -71,21 +77,25 @@ class Options:
         buckets = opts.pop("buckets", None)
         o = Options(runtime, bool(opts.pop("strict", False)), bool(opts.pop("cache", True)),
                     None if buckets is None else tuple(tuple(b) for b in buckets), opts)
-        o.compile_options(["s"])  # checks the search options and buckets now
+        o.compile_options({"s": o.buckets} if o.buckets else {})  # checks them now
         return o
 
-    def compile_options(self, dims: Iterable[str]) -> CompileOptions:
-        """The search options, with `buckets` for each of the graph's `dims`."""
-        buckets = {} if self.buckets is None else {d: self.buckets for d in dims}
+    def compile_options(self, buckets: Mapping[str, Sequence[Bucket]]) -> CompileOptions:
+        """The search options of a compile over `buckets` (per dim)."""
         return CompileOptions(**{"limit": LIMIT, **self.search}, cache=self.cache,
-                              **({"dim_buckets": buckets} if buckets else {}))
+                              dim_buckets=buckets)
+
+    def signature(self) -> str:
+        """Everything that decides what a compile gives and how its failures behave:
+        options with the same signature share compiled graphs (`strict` too, since a
+        non-strict compile may have settled for the unfused program)."""
+        return repr((self.runtime, self.strict, self.buckets, self.compile_options({})))
 
 
 def backend(gm: fx.GraphModule, example_inputs: Sequence[Any],
             options: dict[str, Any] | None = None) -> Any:
     """The torch.compile backend: returns the callable that runs the Dynamo graph `gm`."""
     opts = Options.parse(options)
-    runtime = _runtime(opts.runtime)
     if torch.is_grad_enabled() and any(isinstance(x, torch.Tensor) and x.requires_grad
                                        for x in example_inputs):
         msg = ("this graph needs gradients and lumos compiles inference only, so it runs "
@@ -98,6 +108,7 @@ def backend(gm: fx.GraphModule, example_inputs: Sequence[Any],
     from torch._functorch.aot_autograd import aot_module_simplified
 
     try:
+        runtime = _runtime(opts.runtime)
         with torch.inference_mode():
             return aot_module_simplified(
                 gm, example_inputs, decompositions=_decompositions(),
@@ -115,11 +126,10 @@ def _compile(gm: fx.GraphModule, example_inputs: Any, *, opts: Options, runtime:
     """A callable for a core-ATen graph: all in lumos, or split around what fails.
     `scope` is given for a region of a split graph."""
     outer = scope.names if scope else frozenset()
-    key = cache.key(gm, opts.runtime, (opts.search, opts.buckets, sorted(outer))) \
-        if opts.cache else None
+    key = cache.key(gm, opts.signature(), sorted(outer)) if opts.cache else None
     hit = cache.get(key) if key is not None else None
     if hit is not None:
-        return CompiledGraph(*hit, gm, opts.strict, scope)
+        return CompiledGraph(hit, gm, opts.strict, scope)
     tr = translate(gm, outer)
     if tr.failures:
         first = next(iter(tr.failures.values()))
@@ -134,21 +144,29 @@ def _compile(gm: fx.GraphModule, example_inputs: Any, *, opts: Options, runtime:
             _compile, example_inputs=None, opts=opts, runtime=runtime, scope=regions))
 
         def run(*args: Any) -> Any:
-            regions.env = read_dims(tr, args, gm)
+            try:
+                regions.env = read_dims(tr, args, gm)
+            except Exception as e:
+                if opts.strict:
+                    raise
+                _warn_once("dims", f"could not read a graph's sizes ({type(e).__name__}: "
+                           f"{e}); it runs in PyTorch")
+                return gm(*args)
             return split(*args)
 
         return run
-    program = _program(tr.graph, runtime, opts) if tr.graph.outputs else None
+    programs = Programs(tr, functools.partial(_program, tr.graph, runtime, opts),
+                        first_buckets(tr, opts.buckets))
     if key is not None:
-        cache.put(key, (tr, program))
-    return CompiledGraph(tr, program, gm, opts.strict, scope)
+        cache.put(key, programs)
+    return CompiledGraph(programs, gm, opts.strict, scope)
 
 
-def _program(g: Graph, runtime: Any, opts: Options) -> Program:
-    """The searched program; if the CPU search fails, the unfused one (no search): a bug
-    in fusion or tuning costs speed, not the whole graph."""
+def _program(g: Graph, runtime: Any, opts: Options, buckets: Buckets) -> Program:
+    """The searched program for `buckets`; if the CPU search fails, the unfused one (no
+    search, every size): a bug in fusion or tuning costs speed, not the whole graph."""
     try:
-        return g.compile(runtime, opts.compile_options(g.dims))
+        return g.compile(runtime, opts.compile_options(buckets))
     except Exception as e:
         if opts.strict or opts.runtime != "cpu":
             raise

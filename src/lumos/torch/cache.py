@@ -1,7 +1,8 @@
 """Compiled graphs by structure: a hash of the ATen graph (ops, arguments, wiring, the
-shapes and dtypes of its inputs), the runtime and the compile options. A graph that
-comes back (a recompile, a second instance of the same model) is not translated or
-compiled again. In-process only for now."""
+shapes and dtypes of its inputs) and the options' signature (runtime, strict, buckets,
+the resolved search options). A graph that comes back (a recompile, a second instance
+of the same model) is not translated or compiled again, and a bucket compiled for one
+serves all. In this process; across processes the CPU runtime's artifacts do it."""
 
 from __future__ import annotations
 
@@ -13,16 +14,16 @@ import torch
 from torch import fx
 
 import lumos
-from lumos.runtime import Program
-from lumos.torch.translate import Translation
+from lumos.torch.compiled import Programs
 
-_entries: dict[str, tuple[Translation, Program | None]] = {}
+_entries: dict[str, Programs] = {}
 stats = {"hits": 0, "misses": 0}
 
 
-def key(gm: fx.GraphModule, runtime: str, options: Any) -> str:
+def key(gm: fx.GraphModule, signature: str, outer: Any) -> str:
+    """`outer`: the dims a region gets from its whole graph."""
     lines = [f"lumos {getattr(lumos, '__version__', '')} torch {torch.__version__} "
-             f"runtime {runtime} options {options!r}"]
+             f"options {signature} outer {outer!r}"]
     number: dict[fx.Node, int] = {}
     for n in gm.graph.nodes:
         number[n] = len(number)
@@ -42,13 +43,13 @@ def _describe(v: Any) -> str:
     return f"{type(v).__name__}:{v}"
 
 
-def get(k: str) -> tuple[Translation, Program | None] | None:
+def get(k: str) -> Programs | None:
     hit = _entries.get(k)
     stats["hits" if hit is not None else "misses"] += 1
     return hit
 
 
-def put(k: str, value: tuple[Translation, Program | None]) -> None:
+def put(k: str, value: Programs) -> None:
     _entries[k] = value
 
 

@@ -1,15 +1,19 @@
-"""A translated ATen graph and its lumos program, called with the real tensors.
+"""A translated ATen graph and its lumos programs, called with the real tensors.
 
 Every call binds every input afresh (weights included) without copying: a CPU
 tensor and the numpy array bound to the program share memory, bf16 as its
 16-bit pattern. Results come back as tensors over the program's result arrays.
-Anything that goes wrong at run time sends this graph to PyTorch for good, with
-one warning (or raises, with `strict`).
+
+A dynamic graph has programs for dim buckets (`Programs`): a size outside all of them
+compiles a program for a new bucket holding it, and only if that compile fails do the
+calls of that bucket run in PyTorch. Anything else that goes wrong at run time sends the
+graph to PyTorch for good, with one warning (or raises, with `strict`).
 """
 
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,8 +23,11 @@ from torch import fx
 
 from lumos.logs import warn
 from lumos.runtime import Program
+from lumos.search.options import Bucket
 from lumos.shape import Expr
 from lumos.torch.translate import ArgOut, TensorOut, Translation
+
+Buckets = dict[str, tuple[Bucket, ...]]  # per dim; a program covers every combination
 
 
 @dataclass
@@ -32,17 +39,120 @@ class Scope:
     env: dict[str, int] = field(default_factory=dict)
 
 
+class NoProgram(Exception):
+    """The compile for these sizes failed (warned then): the call runs in PyTorch."""
+
+
+def _pow2(v: int) -> int:
+    """The smallest power of two >= v (1 for v <= 1)."""
+    return 1 << max(v - 1, 0).bit_length()
+
+
+def _holds(b: Bucket, v: int) -> bool:
+    return b[0] <= v and (b[1] is None or v <= b[1])
+
+
+def first_buckets(tr: Translation, user: tuple[Bucket, ...] | None) -> Buckets:
+    """The buckets of a graph's first program. With the user's buckets: those, cut to each
+    dim's range (PyTorch gives dynamic sizes a range such as [2, inf)). Without: one bucket
+    over the whole range, timed at the traced call's size rounded up to a power of two (a
+    size someone runs; rounded, so the saved artifact serves the next process too)."""
+    out: Buckets = {}
+    for d, (lo, hi) in sorted(tr.graph.dims.items()):
+        size = tr.hints.get(d, lo)
+        if user is None:
+            out[d] = ((lo, hi, _clamp(_pow2(size), lo, hi)),)
+            continue
+        cut = []
+        for a, b, rep in user:
+            a, b = max(a, lo), b if hi is None else hi if b is None else min(b, hi)
+            if b is None or a <= b:
+                cut.append((a, b, _clamp(rep, a, b)))
+        out[d] = tuple(cut) or (bucket_for(size, lo, hi, ()),)
+    return out
+
+
+def _span(b: Bucket) -> str:
+    return f"[{b[0]}, {'inf' if b[1] is None else b[1]}]"
+
+
+def _clamp(v: int, lo: int, hi: int | None) -> int:
+    return max(lo, v if hi is None else min(v, hi))
+
+
+def bucket_for(v: int, lo: int, hi: int | None, taken: Iterable[Bucket]) -> Bucket:
+    """A bucket holding size v, which none of `taken` holds: the power-of-two range
+    (2^(k-1), 2^k] around v, cut to the dim's range [lo, hi] and to the gap between the
+    taken buckets; timed at its largest size."""
+    top = _pow2(v)
+    a, b = min(top // 2 + 1, v), top if hi is None else min(top, hi)
+    for t_lo, t_hi, _ in taken:
+        if t_hi is not None and t_hi < v:
+            a = max(a, t_hi + 1)
+        elif t_lo > v:
+            b = min(b, t_lo - 1)
+    a = max(a, min(lo, v))
+    return a, b, b
+
+
+class Programs:
+    """The programs of one translation, each compiled for some dim buckets (all their
+    combinations) by `build`; shared through the cache by every graph of its structure.
+    A call whose sizes no program covers compiles one for buckets holding them: the taken
+    bucket of a dim where one holds its size, else a new one (`bucket_for`)."""
+
+    def __init__(self, tr: Translation, build: Callable[[Buckets], Program],
+                 first: Buckets) -> None:
+        self.tr, self.build = tr, build
+        self.entries: list[tuple[Buckets, Program | None]] = []  # None: its compile failed
+        if tr.graph.outputs:
+            self.entries.append((first, build(first)))
+
+    def find(self, env: Mapping[str, int], strict: bool) -> Program | None:
+        """The program for the sizes `env` (None if the graph computes no tensor); raises
+        NoProgram when the compile for their bucket failed."""
+        if not self.entries:
+            return None
+        for buckets, program in self.entries:
+            if all(any(_holds(b, env[d]) for b in bs) for d, bs in buckets.items()):
+                if program is None:
+                    raise NoProgram
+                return program
+        new: Buckets = {}
+        for d in sorted(self.entries[0][0]):
+            taken = {b for buckets, _ in self.entries for b in buckets[d]}
+            held = [b for b in taken if _holds(b, env[d])]
+            new[d] = (held[0] if held else bucket_for(env[d], *self.tr.graph.dims[d], taken),)
+        what = ", ".join(f"{d}={env[d]} in {_span(bs[0])}" for d, bs in new.items())
+        warn(f"no compiled program holds these sizes: compiling one for {what}")
+        try:
+            program = self.build(new)
+        except Exception as e:
+            if strict:
+                raise
+            warn(f"compiling for {what} failed ({type(e).__name__}: {e}); those sizes run "
+                 "in PyTorch")
+            program = None
+        self.entries.append((new, program))
+        if program is None:
+            raise NoProgram
+        return program
+
+
 class CompiledGraph:
-    def __init__(self, tr: Translation, program: Program | None, module: fx.GraphModule,
-                 strict: bool, scope: Scope | None = None) -> None:
-        self.tr, self.program, self.module, self.strict = tr, program, module, strict
+    def __init__(self, programs: Programs, module: fx.GraphModule, strict: bool,
+                 scope: Scope | None = None) -> None:
+        self.programs, self.tr, self.module, self.strict = programs, programs.tr, module, strict
         self.scope = scope
         self.failed = False
 
     def __call__(self, *args: Any) -> Any:
         if not self.failed:
             try:
-                return self._run(args)
+                env = self._dims(args)
+                return self._run(self.programs.find(env, self.strict), args, env)
+            except NoProgram:
+                pass
             except Exception as e:
                 if self.strict:
                     raise
@@ -51,9 +161,8 @@ class CompiledGraph:
                 self.failed = True
         return self.module(*args)
 
-    def _run(self, args: tuple) -> Any:
-        tr, prog = self.tr, self.program
-        env = self._dims(args)
+    def _run(self, prog: Program | None, args: tuple, env: dict[str, int]) -> Any:
+        tr = self.tr
         taken: list[np.ndarray] = []  # memory a result must not share: inputs, results
         if prog is not None:
             for t, source in tr.inputs:
@@ -82,8 +191,10 @@ class CompiledGraph:
             return o
 
         outs = result(tr.outputs)
-        for i, t in tr.mutations:
-            args[i].copy_(tensor(t, args[i].dtype))
+        # every new value first: a failure leaves the inputs untouched for the fallback
+        updates = [(args[i], tensor(t, args[i].dtype)) for i, t in tr.mutations]
+        for dst, new in updates:
+            dst.copy_(new)
         return outs
 
     def _dims(self, args: tuple) -> dict[str, int]:

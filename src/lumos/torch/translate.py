@@ -71,13 +71,16 @@ class Translation:
     outputs: Any = None  # the output structure; leaves TensorOut, ArgOut, Expr or constants
     mutations: list[tuple[int, Tensor]] = field(default_factory=list)  # arg position, new value
     failures: dict[fx.Node, str] = field(default_factory=dict)
+    hints: dict[str, int] = field(default_factory=dict)  # dim -> its size in the traced call
 
 
 class Symbols:
-    """SymInts and sympy expressions as lumos Exprs; every symbol becomes a graph dim."""
+    """SymInts and sympy expressions as lumos Exprs; every symbol becomes a graph dim, and
+    its size in the call PyTorch traced (the shape env's hint) is kept in `hints`."""
 
     def __init__(self, g: Graph) -> None:
         self.g = g
+        self.hints: dict[str, int] = {}
 
     def expr(self, v: Any) -> Expr:
         if isinstance(v, torch.SymInt):
@@ -101,6 +104,9 @@ class Symbols:
                 r = env.var_to_range.get(e) if env is not None else None
                 lo = int(r.lower) if r is not None and r.lower.is_integer else 1
                 self.g.dim(str(e), max(lo, 0))
+                hint = env.backed_var_to_val.get(e) if env is not None else None
+                if hint is not None and hint.is_Integer:
+                    self.hints[str(e)] = int(hint)
             return sym(str(e))
         if e.is_Add:
             return functools.reduce(operator.add, map(go, e.args))
@@ -609,6 +615,7 @@ def translate(gm: fx.GraphModule, outer: frozenset[str] = frozenset()) -> Transl
     that the caller supplies at run time (those of the graph a region belongs to)."""
     g = Graph()
     tr, syms = Translation(g), Symbols(g)
+    tr.hints = syms.hints
     env: dict[fx.Node, Any] = {}
     position: dict[fx.Node, int] = {}
     for node in gm.graph.nodes:
