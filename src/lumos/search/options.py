@@ -24,8 +24,8 @@ class CompileOptions:
     same choice.
 
     Timing: each candidate is timed `trials` times (the runtime ranks by the median);
-    `candidate_timeout` bounds compiling and checking one candidate, `execution_timeout`
-    one execution of it.
+    `candidate_timeout` bounds each compiler process of one candidate (a unit's compile,
+    the link), `execution_timeout` one execution of it.
 
     `dim_buckets`: per dynamic dim a list of buckets, each `(min, max, representative)` or
     an object with those attributes (`lumos.egraph.DimBucket`); stored as tuples. One

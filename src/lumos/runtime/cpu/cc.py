@@ -50,23 +50,26 @@ class CompileTimeout(CompileError):
     """The compilers were still running at the deadline of `time_limit` (and were killed)."""
 
 
-_LIMIT: ContextVar[tuple[float, float] | None] = ContextVar("cc_limit", default=None)
+_LIMIT: ContextVar[float | None] = ContextVar("cc_limit", default=None)
 
 
 @contextmanager
 def time_limit(seconds: float | None) -> Iterator[None]:
-    """Compiles within it end by `seconds` from now (None: no limit): a search must not
-    wait forever on a compiler that chokes on one candidate's source."""
-    token = _LIMIT.set(None if seconds is None else (time.monotonic() + seconds, seconds))
+    """Within it, each compiler process (one unit's compile, the link) is killed after
+    `seconds` (None: no limit): a search must not wait forever on a compiler that chokes
+    on one candidate's source. The limit is per process, not per program: a model of
+    hundreds of kernels legitimately compiles for minutes on a busy machine."""
+    token = _LIMIT.set(seconds)
     try:
         yield
     finally:
         _LIMIT.reset(token)
 
 
-def _remaining() -> float | None:
+def _remaining(started: float) -> float | None:
+    """Seconds left to a compiler process started at `started` (monotonic)."""
     limit = _LIMIT.get()
-    return None if limit is None else max(0.0, limit[0] - time.monotonic())
+    return None if limit is None else max(0.0, started + limit - time.monotonic())
 
 
 def _kill(proc: subprocess.Popen) -> None:
@@ -77,10 +80,8 @@ def _kill(proc: subprocess.Popen) -> None:
 
 
 def _timed_out(cc: str, what: Path) -> CompileTimeout:
-    limit = _LIMIT.get()
-    assert limit is not None
     return CompileTimeout(f"compile timed out: {cc} was still running on {what} after "
-                          f"{limit[1]:g} s")
+                          f"{_LIMIT.get():g} s")
 
 
 def cache_dir() -> Path:
@@ -125,15 +126,15 @@ def compile_units(units: Sequence[str]) -> Path:
     _write(src, "\n".join(units))
     todo = {k: u for k, u in zip(keys, units, strict=True) if not (d / f"{k}.o").exists()}
     jobs = int(os.environ.get("LUMOS_CC_JOBS") or os.cpu_count() or 1)
-    running: list[tuple[str, subprocess.Popen]] = []
+    running: list[tuple[str, subprocess.Popen, float]] = []
     failure = None
     for k, unit in [*todo.items(), *[(None, None)] * jobs]:  # the Nones drain the queue
         while running and (len(running) >= jobs or k is None):
-            done, proc = running.pop(0)
+            done, proc, started = running.pop(0)
             try:
-                err = proc.communicate(timeout=_remaining())[1]
+                err = proc.communicate(timeout=_remaining(started))[1]
             except subprocess.TimeoutExpired:
-                for k2, p in [(done, proc), *running]:
+                for k2, p, _ in [(done, proc, started), *running]:
                     _kill(p)
                     (d / f"{k2}.{os.getpid()}.o.tmp").unlink(missing_ok=True)
                 raise _timed_out(cc[0], d / f"{done}.unit.c") from None
@@ -151,7 +152,7 @@ def compile_units(units: Sequence[str]) -> Path:
         running.append((k, subprocess.Popen(
             [*cc, *FLAGS, *(blas_flags()[:1] if "#include <cblas.h>" in unit else ()),
              "-c", "-o", str(tmp), str(unit_src)], stderr=subprocess.PIPE, text=True,
-            process_group=0)))
+            process_group=0), time.monotonic()))
     if failure is not None:
         k, code, err = failure
         raise CompileError(f"{cc[0]} failed on generated source {d / f'{k}.unit.c'} (part of "
@@ -162,7 +163,7 @@ def compile_units(units: Sequence[str]) -> Path:
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             process_group=0)
     try:
-        err = proc.communicate(timeout=_remaining())[1]
+        err = proc.communicate(timeout=_remaining(time.monotonic()))[1]
     except subprocess.TimeoutExpired:
         _kill(proc)
         tmp.unlink(missing_ok=True)
