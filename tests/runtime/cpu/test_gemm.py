@@ -13,7 +13,7 @@ import lumos
 from lumos.egraph import build_spaces
 from lumos.runtime.cpu import CpuRuntime, build
 from lumos.runtime.cpu import program as program_module
-from lumos.runtime.cpu.kernels import RULES, cpu_space, from_genome
+from lumos.runtime.cpu.kernels import RULES, cpu_space, from_genome, gemm
 from lumos.runtime.cpu.tune import matches, profiling_inputs
 from lumos.runtime.reference import run_hlir
 from lumos.search import CompileOptions, Genomes
@@ -31,6 +31,24 @@ CASES = {  # name: (graph builder, whether a Gemm genome exists)
                 @ g.tensor((1, 3, 6, 4), lumos.f32, "b").expand(2, 3, 6, 4), True),
     "sliced_rows": (lambda g: g.tensor((12, 30), lumos.f32, "a")[:, 5:25]
                     @ g.tensor((20, 7), lumos.f32, "b"), True),
+    "merged_rows": (lambda g: g.tensor((2, 3, 5, 20), lumos.f32, "a")
+                    @ g.tensor((20, 7), lumos.f32, "b"), True),
+    "sliced_merged_rows": (lambda g: g.tensor((3, 5, 30), lumos.f32, "a")[:, :, 4:24]
+                           @ g.tensor((20, 7), lumos.f32, "b"), True),
+    "gapped_batch": (lambda g: g.tensor((3, 6, 20), lumos.f32, "a")[:, :5]
+                     @ g.tensor((20, 7), lumos.f32, "b"), True),
+    "interleaved_batch": (lambda g: g.tensor((5, 3, 20), lumos.f32, "a").transpose(0, 1)
+                          @ g.tensor((20, 7), lumos.f32, "b"), True),
+    "transposed_batch": (lambda g: g.tensor((3, 20, 12), lumos.f32, "a").mT
+                         @ g.tensor((20, 7), lumos.f32, "b"), True),
+    "symbolic_rows": (lambda g: g.tensor(("b", "s", 20), lumos.f32, "a")
+                      @ g.tensor((20, 7), lumos.f32, "b"), True),
+    "heads_out": (lambda g: heads_out(g.tensor((2, 3, 5, 6), lumos.f32, "p"),
+                                      g.tensor((2, 6, 3, 4), lumos.f32, "v")), True),
+    "k1_outer": (lambda g: g.tensor((3, 5, 1), lumos.f32, "a")
+                 @ g.tensor((1, 7), lumos.f32, "b"), True),
+    "k1_broadcast_rows": (lambda g: g.tensor((3, 1, 1), lumos.f32, "a").expand(3, 5, 1)
+                          @ g.tensor((1, 7), lumos.f32, "b"), True),  # rows: not the 5
     "f64": (lambda g: g.tensor((12, 20), lumos.f64, "a") @ g.tensor((20, 7), lumos.f64,
                                                                     "b"), False),
     "strided_k": (lambda g: g.tensor((12, 40), lumos.f32, "a")[:, ::2]
@@ -40,8 +58,23 @@ CASES = {  # name: (graph builder, whether a Gemm genome exists)
 }
 
 
+# batch axes each case's Gemm keeps (the others are merged into its rows)
+BATCH_LEFT = {"broadcast_batch": 0, "batched": 2, "merged_rows": 0, "sliced_merged_rows": 0,
+              "gapped_batch": 1, "interleaved_batch": 1, "transposed_batch": 1, "symbolic_rows": 0,
+              "heads_out": 2, "k1_broadcast_rows": 1}
+ENV = {"b": 3, "s": 5}
+
+
+def heads_out(p: lumos.Tensor, v: lumos.Tensor) -> lumos.Tensor:
+    """out[b, s, h, e] = sum_k p[b, h, s, k] v[b, k, h, e]: attention's P @ V written with
+    the heads inside each row (rows s, C's row stride h*e, not e)."""
+    return (p.permute(0, 2, 1, 3).unsqueeze(3) * v.permute(0, 2, 3, 1).unsqueeze(1)).sum(-1)
+
+
 def space_and_graph(make) -> tuple[lumos.Graph, lumos.egraph.SearchSpace]:
     g = lumos.Graph()
+    g.dim("b", 1, 8)
+    g.dim("s", 1, 64)
     make(g).output()
     (space,) = build_spaces(g, [{}], RULES)
     return g, cpu_space(space)
@@ -57,11 +90,14 @@ def test_gemm_genome_matches_the_oracle(name: str) -> None:
     if not gemms:
         return
     genome = Genomes(space).repair(gemms, random.Random(0))
-    program = build(from_genome(space, genome, g.dims))
+    kernels = from_genome(space, genome, g.dims)
+    (layout,) = [gemm(n.views, n.axis, g.dims) for n in kernels.nodes if n.op == "Gemm"]
+    assert layout is not None and len(layout.batch) == BATCH_LEFT.get(name, 0)
+    program = build(kernels)
     assert "scipy_cblas_sgemm" in program.source.read_text()
-    data = profiling_inputs(g, {}, 0)
-    got = program([data[n] for n in program.layout.input_names], {})
-    for a, w, o in zip(got, run_hlir(g, data, {}), g.outputs, strict=True):
+    data = profiling_inputs(g, ENV, 0)
+    got = program([data[n] for n in program.layout.input_names], ENV)
+    for a, w, o in zip(got, run_hlir(g, data, ENV), g.outputs, strict=True):
         assert matches(a, w, g.nodes[o].dtype)
 
 

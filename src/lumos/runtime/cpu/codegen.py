@@ -706,7 +706,8 @@ class _Codegen:
                          OUTER_BLOCK)
 
     def gemm(self, n: Node) -> list[str]:
-        """One cblas_sgemm (OpenBLAS) per batch index, in nested loops over the batch."""
+        """One cblas_sgemm (OpenBLAS) per batch index, in nested loops over the batch (the
+        axes kernels.gemm could not merge into the rows)."""
         assert n.axis is not None
         gm = gemm(n.views, n.axis, self.g.dims)  # as cpu_space found it
         assert gm is not None, "a Gemm node without a BLAS layout"
@@ -725,7 +726,7 @@ class _Codegen:
                 f"(blasint){c(gm.n)}, (blasint){c(gm.k)}, 1.0f, "
                 f"{operand(a, gm.m if a.trans else gm.k)}, "
                 f"{operand(b, gm.k if b.trans else gm.n)}, 0.0f, "
-                f"out + {at(ZERO, gm.c_steps)}, (blasint)LUMOS_MAX({c(gm.n)}, 1));")
+                f"out + {at(ZERO, gm.c_steps)}, (blasint)LUMOS_MAX({c(gm.ldc)}, 1));")
         loops = [f"for (int64_t {v} = 0; {v} < {c(s)}; {v}++)" for v, s in zip(zs, gm.batch,
                                                                                   strict=True)]
         return [*loops, call]

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from lumos.dtype import DType, as_dtype, bool_
@@ -71,10 +71,12 @@ class Matrix:
 
 @dataclass(frozen=True)
 class Gemm:
-    """C[batch..., m, n] = sum_k A[m, k] B[k, n], C row-major: one sgemm per batch index."""
+    """C[batch..., m, n] = sum_k A[m, k] B[k, n]: one sgemm per batch index, C's rows `ldc`
+    apart and each batch axis stepping it by `c_steps`."""
     m: Expr
     n: Expr
     k: Expr
+    ldc: Expr
     batch: tuple[Expr, ...]  # sizes
     c_steps: tuple[Expr, ...]
     a: Matrix
@@ -93,22 +95,20 @@ def _linear(e: Expr, names: list[str]) -> tuple[Expr, list[Expr]] | None:
 
 def gemm(views: Sequence[View], axis: int, bounds: Bounds) -> Gemm | None:
     """The BLAS layout of a sum over `axis` of the product of two reads (views over the
-    product's shape), if both read strided matrices that cblas_sgemm accepts."""
+    product's shape), if both read strided matrices that cblas_sgemm accepts. C's columns
+    are its innermost axis; its rows the innermost other axis that gives a layout (so a
+    product written as (b, s, h, e) = sum_k P[b, h, s, k] V[b, h, k, e] has rows s)."""
     shape = views[0].shape
     names = [f"z{i}" for i in range(len(shape))]
     unit = {f"z{i}": 0 for i, s in enumerate(shape) if s is ONE}
     axes = [i for i, s in enumerate(shape) if i != axis and s is not ONE]
     if len(axes) < 2:
         return None
-    *batch, mi, ni = axes
-    out = [s for i, s in enumerate(shape) if i != axis]
-    c_steps = []
-    for i in batch:
-        step = ONE
-        for s in out[i - (i > axis) + 1:]:
-            step = step * s
-        c_steps.append(step)
-    size = lambda i: shape[i]  # noqa: E731
+    stride: dict[int, Expr] = {}  # C's row-major strides (C: the shape without `axis`)
+    step = ONE
+    for i in reversed(range(len(shape))):
+        if i != axis:
+            stride[i], step = step, step * shape[i]
     reads = []
     for v in views:
         if v.valid.subs(unit) is not ONE:
@@ -118,25 +118,45 @@ def gemm(views: Sequence[View], axis: int, bounds: Bounds) -> Gemm | None:
             return None
         reads.append(lin)
 
-    def matrix(j: int, row: int, col: int) -> Matrix | None:
+    def matrix(j: int, row: int, col: int, batch: list[int]) -> Matrix | None:
         off, cs = reads[j]
-        def fits(i: int, ld: Expr) -> bool:  # cblas needs ld >= the row length
-            lo = nrange(ld - shape[i], bounds)[0]
-            return shape[i] is ONE or (lo is not None and lo >= 0)
+        def fits(rows: int, cols: int, ld: Expr) -> bool:  # cblas: ld >= max(1, row length)
+            los = (nrange(ld - shape[cols], bounds)[0], nrange(ld - 1, bounds)[0])
+            return shape[rows] is ONE or all(lo is not None and lo >= 0 for lo in los)
 
-        if (cs[col] is ONE or shape[col] is ONE) and fits(col, cs[row]):
+        if (cs[col] is ONE or shape[col] is ONE) and fits(row, col, cs[row]):
             return Matrix(j, off, cs[row], False, tuple(cs[i] for i in batch))
-        if (cs[row] is ONE or shape[row] is ONE) and fits(row, cs[col]):
+        if (cs[row] is ONE or shape[row] is ONE) and fits(col, row, cs[col]):
             return Matrix(j, off, cs[col], True, tuple(cs[i] for i in batch))
         return None
 
-    for ja, jb in ((0, 1), (1, 0)):
-        if reads[ja][1][ni] is ZERO and reads[jb][1][mi] is ZERO:
-            a, b = matrix(ja, mi, axis), matrix(jb, axis, ni)
-            if a is not None and b is not None:
-                return Gemm(size(mi), size(ni), size(axis), tuple(map(size, batch)),
-                            tuple(c_steps), a, b)
+    ni = axes[-1]
+    for mi in reversed(axes[:-1]):
+        batch = [i for i in axes[:-1] if i != mi]
+        for ja, jb in ((0, 1), (1, 0)):
+            if reads[ja][1][ni] is ZERO and reads[jb][1][mi] is ZERO:
+                a, b = matrix(ja, mi, axis, batch), matrix(jb, axis, ni, batch)
+                if a is not None and b is not None:
+                    return _merge_rows(Gemm(shape[mi], shape[ni], shape[axis], stride[mi],
+                                            tuple(shape[i] for i in batch),
+                                            tuple(stride[i] for i in batch), a, b))
     return None
+
+
+def _merge_rows(g: Gemm) -> Gemm:
+    """`g` with the batch axes that continue the rows of A and C (stepping m rows) and
+    leave B alone merged into m: one call over B*S rows, not B calls over S (a linear
+    layer over a batch of sequences), which OpenBLAS blocks and threads better."""
+    if g.a.trans:
+        return g
+    for i in reversed(range(len(g.batch))):  # the innermost first: it may enable the next
+        if g.b.steps[i] is ZERO and g.c_steps[i] - g.m * g.ldc is ZERO and \
+                g.a.steps[i] - g.m * g.a.ld is ZERO:
+            drop = lambda t, i=i: t[:i] + t[i + 1:]  # noqa: E731
+            return _merge_rows(Gemm(g.m * g.batch[i], g.n, g.k, g.ldc, drop(g.batch),
+                                    drop(g.c_steps), replace(g.a, steps=drop(g.a.steps)),
+                                    replace(g.b, steps=drop(g.b.steps))))
+    return g
 
 
 def gemm_views(n: ENode, bounds: Mapping) -> tuple[View, View]:
