@@ -517,11 +517,13 @@ class _Codegen:
             if index.subs({var: 0}) + Var(var) is not index:
                 raise _Scalar  # strided or not linear
             ct, vt = storage(n.dtype), _vtype(storage(n.dtype), lanes)
+            if valid is ZERO:
+                return f"({ct})0", ct, False
             key = (b.src, index, valid)  # the same vector is loaded once
             if key not in done:
                 # through an unaligned, may_alias type: GCC widens a vector memcpy'd in
                 # byte by byte
-                x = f"*(const {vt}u *)&{self.arg(b.src)}[{sc.index(index)}]"
+                x = f"({vt})*(const {vt}u *)&{self.arg(b.src)}[{sc.index(index)}]"
                 if valid is not ONE:
                     x = f"({sc.pred(valid)} ? {x} : ({vt}){{0}})"
                 done[key] = self._name(), ct, True

@@ -109,6 +109,8 @@ def tune(graph: Graph, search: GeneticSearch, realize: Callable[[Genome], Compil
         except CompileError as e:
             if isinstance(e, CompileTimeout):  # the search goes on without it: say so
                 warn(f"search candidate rejected: {e}")
+            else:
+                log("search", f"candidate rejected: {str(e)[:2000]}")
             return Rejected(str(e))
         inputs = Stashed(key, program.layout.input_names)
         try:
