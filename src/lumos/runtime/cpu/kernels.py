@@ -319,6 +319,9 @@ def seeds(space: SearchSpace, env: Mapping[str, int]) -> tuple[Cost, Cost]:
     broadcast (every element computed again per broadcast step) or the producer has other
     readers and is not cheap: `DUPLICATE_OPS` ops of recomputation per extra reader at
     most (so a residual stream is stored now and then, not recomputed from its start).
+    An axis the read is valid at one position of (relu's and maximum's stacked pair) is
+    no broadcast, unless the producer reads through padding (then the reduction's loop
+    would carry guarded loads: a depthwise convolution stays a vector loop of its own).
     Matrix products are the fused multiply-sum, or (second seed) BLAS calls. `env` gives
     the dims' sizes. The search times the seeds like any other candidate."""
     readers: dict[int, int] = {}  # producer class -> kernels reading its buffer (HLIR edges)
@@ -327,6 +330,7 @@ def seeds(space: SearchSpace, env: Mapping[str, int]) -> tuple[Cost, Cost]:
             if n.op == "ELoad" and n.fields[0][0] == "Top":
                 readers[n.children[0]] = readers.get(n.children[0], 0) + 1
     ops: dict[int, int] = {}  # buffer class -> elementwise ops its body inlines (chosen so)
+    padded: dict[int, bool] = {}  # buffer class -> its body (so) reads through a predicate
     decided: dict[int, bool] = {}  # ELoad class -> inline?
 
     def inline(c: int) -> bool:
@@ -339,6 +343,7 @@ def seeds(space: SearchSpace, env: Mapping[str, int]) -> tuple[Cost, Cost]:
                 view = compose(load.fields[0], {})
                 used = view.index.vars()
                 broadcast = any(f"z{k}" not in used and _numel((e,), env) > 1
+                                and (padded[p] or not _once(view, k))
                                 for k, e in enumerate(view.shape))
                 decided[c] = not broadcast and \
                     ops[p] * (readers.get(p, 1) - 1) <= DUPLICATE_OPS
@@ -351,10 +356,20 @@ def seeds(space: SearchSpace, env: Mapping[str, int]) -> tuple[Cost, Cost]:
         return 1 + sum(ops.get(space.classes[ch][0].children[0], 0) if inline(ch) else 0
                        for ch in n.children if space.classes[ch][0].op == "ELoad")
 
+    def body_padded(b: int) -> bool:
+        n = next(n for n in space.classes[b] if n.op != "ELoad" or len(space.classes[b]) == 1)
+        if n.op == "ELoad":
+            return compose(n.fields[0], {}).valid is not ONE
+        loads = [ch for ch in n.children if space.classes[ch][0].op == "ELoad"]
+        return any(compose(space.classes[ch][0].fields[0], {}).valid is not ONE or
+                   (inline(ch) and padded.get(space.classes[ch][0].children[0], False))
+                   for ch in loads)
+
     baseline = Genomes(space).baseline(random.Random(0))  # cpu_space: unfused first
     for c, n in extract(space, baseline):  # producers before their readers
         if n.op in ("KMap", "KOutput"):
             ops[c] = body_ops(n.children[0])
+            padded[c] = body_padded(n.children[0])
 
     def fused(blas: float) -> Cost:
         def cost(c: int, n: ENode) -> float:
@@ -365,6 +380,16 @@ def seeds(space: SearchSpace, env: Mapping[str, int]) -> tuple[Cost, Cost]:
             return 0.0
         return cost
     return fused(1.0), fused(-1.0)
+
+
+def _once(view: View, k: int, most: int = 16) -> bool:
+    """Whether `view` is valid at one position at most along axis k (of at most `most`)."""
+    e = view.shape[k]
+    if not e.is_num or e.value > most or f"z{k}" not in view.valid.vars():
+        return False
+    b = view.bounds()
+    return sum(simplify(view.valid.subs({f"z{k}": v}), b) is not ZERO
+               for v in range(e.value)) <= 1
 
 
 def _numel(shape: Sequence[Expr], env: Mapping[str, int]) -> float:

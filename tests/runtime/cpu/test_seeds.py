@@ -1,0 +1,55 @@
+"""The search's seed genomes (kernels.seeds): which producers the fused seed inlines."""
+
+from __future__ import annotations
+
+import random
+
+import lumos
+from lumos.egraph import build_spaces
+from lumos.nn.conv import conv2d
+from lumos.runtime.cpu import build
+from lumos.runtime.cpu.kernels import RULES, Kernels, cpu_space, from_genome, loads, seeds
+from lumos.runtime.cpu.tune import matches, profiling_inputs
+from lumos.runtime.reference import run_hlir
+from lumos.search import Genomes
+
+
+def fused_seed(g: lumos.Graph) -> Kernels:
+    """The fused seed's program, checked against the oracle."""
+    (space,) = build_spaces(g, [{}], RULES)
+    space = cpu_space(space)
+    k = from_genome(space, Genomes(space).preferring(seeds(space, {})[0], random.Random(0)),
+                    g.dims)
+    program = build(k)
+    data = profiling_inputs(g, {}, 0)
+    got = program([data[name] for name in program.layout.input_names], {})
+    for a, w, o in zip(got, run_hlir(g, data, {}), g.outputs, strict=True):
+        assert matches(a, w, g.nodes[o].dtype)
+    return k
+
+
+def kernels(k: Kernels, shape: tuple) -> list[int]:
+    return [i for i, n in enumerate(k.nodes) if n.op in ("Map", "MaxReduce")
+            and tuple(e.value for e in n.shape) == shape]
+
+
+def test_relu6_inlines_its_producers() -> None:
+    """clamp's two MaxReduces over stacked pairs read their elementwise producers inline
+    (each stacked element is read once: no broadcast): two kernels, not four."""
+    g = lumos.Graph()
+    x = g.tensor((64, 32), lumos.f32, "x")
+    lumos.clamp(lumos.clamp(x * 2 + 1, max=6.0), min=0.0).output()
+    k = fused_seed(g)
+    assert [k.nodes[i].op for i in kernels(k, (64, 32))] == ["MaxReduce", "MaxReduce"]
+
+
+def test_padded_taps_stay_a_map() -> None:
+    """A depthwise convolution (a sum of padded, shifted products) read by a relu stays a
+    Map of its own: inlined, the MaxReduce's loop would carry its guarded loads."""
+    g = lumos.Graph()
+    x, w = g.tensor((2, 6, 5, 8), lumos.f32, "x"), g.tensor((8, 1, 3, 3), lumos.f32, "w")
+    conv2d(x, w, padding=1, groups=8, channels_last=True).relu().output()
+    k = fused_seed(g)
+    (taps, relu) = kernels(k, (2, 6, 5, 8))
+    assert (k.nodes[taps].op, k.nodes[relu].op) == ("Map", "MaxReduce")
+    assert loads(k.bodies[relu]) == [taps]
