@@ -127,3 +127,16 @@ def test_block_reductions_are_written_as_vectors(qtype: str, dtype: lumos.DType,
     rng = random.Random(2)  # partly fused: loads guarded by the stacked nibble halves
     for _ in range(6):
         run_genome(g, space, Genomes(space).random(rng))
+
+
+def test_guarded_rows_read_the_data_or_zeros_block_by_block() -> None:
+    """Rows of padding along an outer axis: each block of the output loop (BLOCK elements)
+    reads one row pointer, the data's or lumos_zero_row (codegen.read), at its offset."""
+    from lumos.runtime.cpu.codegen import BLOCK
+    g = graph(lambda g: (g.tensor((3, BLOCK + 52), lumos.f32, "x").pad((0, 0, 1, 2)) * 2
+                         + 1).exp())
+    space = space_of(g)
+    for genome in (fused(space), Genomes(space).baseline(random.Random(0))):
+        units, _ = generate(from_genome(space, genome, g.dims))
+        assert any("lumos_zero_row)" in u for u in units)
+        run_genome(g, space, genome)
