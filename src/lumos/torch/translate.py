@@ -32,6 +32,7 @@ from lumos.frontend import nn as F
 from lumos.frontend import tensor as T
 from lumos.frontend.tensor import Tensor
 from lumos.graph import Graph
+from lumos.nn.conv import conv2d
 from lumos.shape import Expr, View, emax, emin, simplify, sym, z
 
 aten = torch.ops.aten
@@ -326,7 +327,7 @@ def _convolution(c: Ctx, x: Tensor, w: Tensor, b: Tensor | None, stride: list,
                  groups: int) -> Tensor:
     if transposed or x.ndim not in (3, 4):
         raise LumosError("only 1-d and 2-d convolutions that are not transposed translate")
-    conv = F.conv1d if x.ndim == 3 else F.conv2d
+    conv = F.conv1d if x.ndim == 3 else conv2d  # 2-d: lumos.nn's fast formulations
     return conv(x, w, b, _ints(stride), _ints(padding), _ints(dilation), int(groups))
 
 
