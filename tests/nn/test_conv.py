@@ -24,15 +24,18 @@ CASES = [
     ((2, 6, 9, 7), (6, 1, 3, 3), 1, 1, 1, 6, True),  # depthwise
     ((2, 6, 9, 7), (6, 1, 3, 3), 2, 1, 1, 6, False),  # depthwise, stride 2, odd sizes
     ((2, 4, 9, 9), (8, 1, 3, 3), 2, 1, 1, 4, True),  # channel multiplier 2
-    ((2, 3, 11, 10), (5, 3, 3, 3), 2, 1, 1, 1, True),  # a stem: 27 taps
+    ((2, 3, 11, 10), (5, 3, 3, 3), 2, 1, 1, 1, True),  # a stem: 27 taps, im2col
     ((2, 4, 9, 9), (6, 2, 3, 3), (2, 1), (1, 0), 1, 2, False),  # grouped, 18 taps
-    ((2, 3, 10, 10), (4, 3, 3, 3), 1, 2, 2, 1, True),  # dilated
-    ((2, 4, 7, 7), (4, 4, 3, 1), 1, "same", 1, 1, True),  # 12 taps, 'same'
+    ((2, 3, 10, 10), (4, 3, 3, 3), 1, 2, 2, 1, True),  # dilated, im2col
+    ((2, 4, 7, 7), (4, 4, 3, 1), 1, "same", 1, 1, True),  # 12 taps, 'same', im2col
     ((1, 3, 9, 8), (3, 1, 7, 7), 1, 3, 1, 3, True),  # 7x7 depthwise: 49 taps
     ((1, 4, 8, 8), (6, 4, 1, 1), 1, 0, 1, 1, True),  # 1x1: a matrix product
     ((2, 4, 9, 7), (6, 4, 1, 1), 2, 0, 1, 1, False),  # 1x1, stride 2
     ((2, 40, 6, 5), (8, 40, 1, 1), 1, "valid", 1, 1, False),  # 1x1, many channels
-    ((2, 16, 6, 6), (8, 16, 3, 3), 1, 1, 1, 1, True),  # 144 taps: the functional one
+    ((2, 16, 6, 6), (8, 16, 3, 3), 1, 1, 1, 1, True),  # 144 taps: im2col, a matrix product
+    ((2, 12, 9, 8), (6, 12, 3, 3), 2, 1, 1, 1, False),  # im2col, stride 2, odd sizes
+    ((1, 12, 9, 9), (4, 12, 3, 2), 1, (2, 1), 2, 1, True),  # im2col, dilated, 3x2 kernel
+    ((2, 16, 6, 6), (8, 8, 3, 3), 1, 1, 1, 2, False),  # grouped, 72 taps: the functional one
 ]
 
 
@@ -93,16 +96,16 @@ def cache(tmp_path: object, monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_cpu_runtime(cache: None) -> None:
     """Cases of each formulation, both layouts, in one graph on the CPU runtime, run as the
-    search's fused + BLAS seed (taps fused into one loop, 1x1 convolutions as sgemm)."""
+    search's fused + BLAS seed (taps fused into one loop, 1x1 and im2col convolutions as sgemm)."""
     g = lumos.Graph()
-    picked = [CASES[k] for k in (0, 1, 2, 3, 9, 10, 11)]
+    picked = [CASES[k] for k in (0, 1, 2, 3, 9, 10, 11, 12)]
     runs = [(case, cl, build(g, case, cl, k), arrays(case, k))
             for k, (case, cl) in enumerate((c, cl) for cl in (False, True) for c in picked)]
     (space,) = build_spaces(g, [{}], RULES)
     space = cpu_space(space)
     genome = Genomes(space).preferring(seeds(space, {})[1], random.Random(0))
     kernels = from_genome(space, genome, g.dims)
-    assert sum(n.op == "Gemm" for n in kernels.nodes) >= 2  # 1x1, stride 1: sgemm
+    assert sum(n.op == "Gemm" for n in kernels.nodes) >= 6  # 1x1 and im2col: sgemm
     program = build_program(kernels)
     inputs = {}
     for _, cl, (x, w, b, _), (xa, wa, ba) in runs:
@@ -120,10 +123,11 @@ def test_cpu_runtime(cache: None) -> None:
 @pytest.mark.parametrize("channels_last", [False, True])
 def test_formulations(channels_last: bool) -> None:
     """A 1x1 convolution is one SumReduce of a product BLAS can take (channels-last: one
-    GEMM over all pixels); a few taps are a sum of products (no reduction); many taps are
+    GEMM over all pixels), and so are many taps over windows copied into rows (im2col); a
+    few taps are a sum of products (no reduction); a grouped convolution of many taps is
     the functional convolution (one reduction over the flattened window)."""
-    for case, want in ((CASES[10], "gemm"), (CASES[0], "taps"), (CASES[7], "taps"),
-                       (CASES[11], "window")):
+    for case, want in ((CASES[10], "gemm"), (CASES[11], "gemm"), (CASES[13], "gemm"),
+                       (CASES[0], "taps"), (CASES[7], "taps"), (CASES[14], "window")):
         g = lumos.Graph()
         build(g, case, channels_last, 0)
         reds = [n for n in g.nodes if n.op == "SumReduce"]
@@ -136,7 +140,7 @@ def test_formulations(channels_last: bool) -> None:
         prod = g.nodes[red.inputs[0]]
         assert prod.op == "Mul"
         if want == "window":
-            assert red.views[0].shape[-1].value == 16 * 3 * 3
+            assert red.views[0].shape[-1].value == 8 * 3 * 3
             continue
         views = [compose(("Then", v, ("Top", red.views[0])), {}) for v in prod.views]
         layout = gemm(views, red.axis, {})

@@ -35,16 +35,6 @@ FLAGS = ("-O3", "-march=native", "-fopenmp", "-fPIC",
          "-ffp-contract=off")  # no FMA contraction: rounding as written
 LINK = ("-Wl,-Bsymbolic",)  # a library's calls bind to its own kernels, never another's
 
-# OpenMP threads spin this many iterations for the next parallel region before sleeping:
-# long enough to catch a decode step's back-to-back kernels (~200 parallel regions a
-# SmolLM2 step; waiting passively it decoded at half speed), short enough not to take the
-# cores OpenBLAS's own threads compute on (libgomp's default, 300000, made a 128-token
-# prefill 6.5x slower). libgomp reads it once, when it loads: set here, before any kernel
-# library (or the sandbox, which inherits it) loads it. A user's wait policy wins.
-SPIN_COUNT = "1000"
-if "OMP_WAIT_POLICY" not in os.environ:
-    os.environ.setdefault("GOMP_SPINCOUNT", SPIN_COUNT)
-
 
 def blas_flags() -> list[str]:
     lib = scipy_openblas32.get_lib_dir()

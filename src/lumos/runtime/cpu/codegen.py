@@ -46,6 +46,7 @@ OUTER_BLOCK = 256  # outputs per accumulator block of a reduction run outside th
 VECTOR_LANES = 16  # lanes of a vector-written reduction: 16 floats, one AVX-512 register
 MAX_LANES = 64  # a split reduction's innermost loop up to this long keeps per-lane results
 MAX_UNROLL = 4  # copies of a split reduction's inner loop, one per value of its tiny loops
+SHORT_REDUCE = 16  # a reduction this short is written out, one step per element (pools)
 
 PRELUDE = r"""#include <math.h>
 #include <omp.h>
@@ -85,6 +86,35 @@ static const int64_t lumos_zero_row[2048] __attribute__((aligned(64))); /* BLOCK
 
 extern int lumos_nt; /* the thread count, set by the driver's lumos_set_threads */
 static inline int lumos_threads(void) { return lumos_nt > 0 ? lumos_nt : omp_get_max_threads(); }
+#ifdef LUMOS_BLAS
+/* C = A B (row-major) on the OpenMP threads, each running OpenBLAS single-threaded (the
+   driver sets it): one pool of threads, so no thread spins waiting for the next kernel on a
+   core that another pool's thread computes on. Rows are split when there are at least as
+   many as columns, else columns, in steps of 16; small products run on the calling thread. */
+static inline void lumos_sgemm(int ta, int tb, blasint m, blasint n, blasint k,
+                               const float *a, blasint lda, const float *b, blasint ldb,
+                               float *c, blasint ldc) {
+  const int nt = omp_in_parallel() || (double)m * n * k < 131072.0 ? 1 : lumos_threads();
+#pragma omp parallel num_threads(nt)
+  {
+    const int64_t t = omp_get_thread_num(), nth = omp_get_num_threads();
+    blasint r0 = 0, r1 = m, c0 = 0, c1 = n;
+    if (m >= n) {
+      r0 = (blasint)(m * t / nth);
+      r1 = (blasint)(m * (t + 1) / nth);
+    } else {
+      c0 = (blasint)(n * t / nth) & ~15;
+      c1 = t == nth - 1 ? n : (blasint)(n * (t + 1) / nth) & ~15;
+    }
+    if (r1 > r0 && c1 > c0)
+      scipy_cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans,
+                        tb ? CblasTrans : CblasNoTrans, r1 - r0, c1 - c0, k, 1.0f,
+                        a + (ta ? (int64_t)r0 : (int64_t)r0 * lda), lda,
+                        b + (tb ? (int64_t)c0 * ldb : (int64_t)c0), ldb, 0.0f,
+                        c + (int64_t)r0 * ldc + c0, ldc);
+  }
+}
+#endif
 
 static inline int64_t lumos_fdiv(int64_t a, int64_t b) {
   int64_t q = a / b;
@@ -158,7 +188,7 @@ DRIVER = r"""int lumos_nt = 0;
 void lumos_set_threads(int n) {
   lumos_nt = n;
 #ifdef LUMOS_BLAS
-  if (n > 0) scipy_openblas_set_num_threads(n);
+  scipy_openblas_set_num_threads(1); /* the kernels split products themselves: lumos_sgemm */
 #endif
 }
 """
@@ -594,7 +624,10 @@ class _Codegen:
         else:
             init, step = _lowest(dt, acc_t), "{a} = {x} > {a} ? {x} : {a};"
 
-        m0 = {f"z{ax}": Var("zr")} | {f"z{k}": z(k - 1) for k in range(ax + 1, len(in_shape))}
+        later = {f"z{k}": z(k - 1) for k in range(ax + 1, len(in_shape))}
+        if length.is_num and length.value <= SHORT_REDUCE:
+            return self.reduce_short(n, b, later, length.value, out_index, init, step, acc_t)
+        m0 = {f"z{ax}": Var("zr")} | later
         if self._outer_reduction(b, m0, shape, length):
             return self.reduce_outer(n, b, m0, length, out_index, init, step, acc_t, vt)
         # the reduced axis as nested loops at the constant steps its index splits at
@@ -699,6 +732,21 @@ class _Codegen:
                     strided = True
         return strided
 
+    def reduce_short(self, n: Node, b: Body, later: dict, length: int, out_index: Expr,
+                     init: str, step: str, acc_t: str) -> list[str]:
+        """A reduction of a few elements as one step per element, in order, in the body of
+        the output loop (each with its index known, so guards fold), which vectorizes
+        along the outputs: a 2x2 max pool's per-output loops of two ran 8x slower."""
+        assert n.axis is not None
+
+        def body(sc: _Scope) -> list[str]:
+            stmts = [f"{acc_t} acc = {init};"]
+            for k in range(length):
+                x = self.value(b, {f"z{n.axis}": Num(k)} | later, n.shape, sc, stmts, {})
+                stmts.append(f"{{ const {acc_t} x = {x}; {step.format(a='acc', x='x')} }}")
+            return [*stmts, f"out[{sc.index(out_index)}] = {store(n.dtype, 'acc')};"]
+        return self.nest(n.shape, body, numel(n.shape) * length)
+
     def reduce_outer(self, n: Node, b: Body, m: dict, length: Expr, out_index: Expr,
                      init: str, step: str, acc_t: str, vt: str) -> list[str]:
         """A reduction as a loop over the reduced axis around a vector loop over a block
@@ -724,8 +772,9 @@ class _Codegen:
                          OUTER_BLOCK)
 
     def gemm(self, n: Node) -> list[str]:
-        """One cblas_sgemm (OpenBLAS) per batch index, in nested loops over the batch (the
-        axes kernels.gemm could not merge into the rows)."""
+        """One lumos_sgemm (OpenBLAS) per batch index, in nested loops over the batch (the
+        axes kernels.gemm could not merge into the rows): the threads take batch indices
+        when there are at least as many, else each product is split among them."""
         assert n.axis is not None
         gm = gemm(n.views, n.axis, self.g.dims)  # as cpu_space found it
         assert gm is not None, "a Gemm node without a BLAS layout"
@@ -739,15 +788,18 @@ class _Codegen:
             return f"{ptr} + {at(mat.offset, mat.steps)}, (blasint)LUMOS_MAX(LUMOS_MAX(" \
                    f"{c(mat.ld)}, {c(width)}), 1)"
         a, b = gm.a, gm.b
-        trans = lambda mat: "CblasTrans" if mat.trans else "CblasNoTrans"  # noqa: E731
-        call = (f"scipy_cblas_sgemm(CblasRowMajor, {trans(a)}, {trans(b)}, (blasint){c(gm.m)}, "
-                f"(blasint){c(gm.n)}, (blasint){c(gm.k)}, 1.0f, "
+        call = (f"lumos_sgemm({int(a.trans)}, {int(b.trans)}, (blasint){c(gm.m)}, "
+                f"(blasint){c(gm.n)}, (blasint){c(gm.k)}, "
                 f"{operand(a, gm.m if a.trans else gm.k)}, "
-                f"{operand(b, gm.k if b.trans else gm.n)}, 0.0f, "
+                f"{operand(b, gm.k if b.trans else gm.n)}, "
                 f"out + {at(ZERO, gm.c_steps)}, (blasint)LUMOS_MAX({c(gm.ldc)}, 1));")
+        if not gm.batch:
+            return [call]
         loops = [f"for (int64_t {v} = 0; {v} < {c(s)}; {v}++)" for v, s in zip(zs, gm.batch,
                                                                                   strict=True)]
-        return [*loops, call]
+        count = c(numel(gm.batch))
+        return [f"#pragma omp parallel for collapse({len(zs)}) if({count} >= lumos_threads()) "
+                "num_threads(lumos_threads())", *loops, call]
 
     def gather(self, n: Node, out_index: Expr) -> list[str]:
         (ji, jd), (vi, vd) = n.inputs, n.views
