@@ -13,7 +13,7 @@
 
 lumos runs through the library's own entry points (`lumos.cli.bench_llm`, the
 SentenceEncoder and Classifier); `--search N` times N candidates per dim bucket
-(default 3: the CPU runtime's baseline and its two fused seeds; 0: the unsearched
+(default 2: the CPU runtime's two fused seeds; 0: the unsearched
 baseline; a compile that finds the program in the artifact cache is quick:
 LUMOS_ARTIFACTS=off compiles anew). Its output is checked against the eager peer's before any
 timing counts. Every system is timed in the same run (medians of `--rounds`); ratios
@@ -26,7 +26,7 @@ threads (a step took 23.8 ms on 2 threads vs 8.2 ms with spinning, 12.3 ms on 1 
 Writes results/models.json. A full run takes 10-20 minutes on 2 cores.
 
     .venv/bin/python benchmarks/models.py [--models smollm2 minilm mobilenet]
-        [--runtime cpu|reference] [--search 3] [--rounds 3] [--peers ...]
+        [--runtime cpu|reference] [--search 2] [--rounds 3] [--peers ...]
 """
 
 from __future__ import annotations
@@ -392,9 +392,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", nargs="+", choices=list(MODELS), default=list(MODELS))
     ap.add_argument("--runtime", choices=("cpu", "reference"), default="cpu")
-    ap.add_argument("--search", type=int, default=3, metavar="N",
-                    help="lumos: time N candidates per dim bucket (default 3: the CPU "
-                         "runtime's baseline and seed programs; 0: no search)")
+    ap.add_argument("--search", type=int, default=2, metavar="N",
+                    help="lumos: time N candidates per dim bucket (default 2: the CPU "
+                         "runtime's seed programs, as `lumos run`; 0: no search)")
     ap.add_argument("--rounds", type=int, default=3, help="timed runs per measure (median)")
     ap.add_argument("--peers", nargs="+", choices=PEERS, default=list(PEERS))
     args = ap.parse_args()

@@ -318,7 +318,7 @@ def test_internal_errors_never_reach_the_caller(where: str, monkeypatch: pytest.
 
 def test_options() -> None:
     default = lt.Options.parse(None)
-    assert default.runtime == "cpu" and default.compile_options({}).limit == lt.LIMIT == 3
+    assert default.runtime == "cpu" and default.compile_options({}).limit == lt.LIMIT == 2
     assert lt.Options.parse({"limit": 7}).compile_options({}).limit == 7
     x = torch.randn(2, 3)
     with torch.no_grad():

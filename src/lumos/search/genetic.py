@@ -9,8 +9,11 @@
 and reported in any order; asking beyond the generation, or beyond `limit`, while some
 are unreported raises RuntimeError.
 
-Generation 0 is the baseline genome (the original program), one genome per seed cost
-(a backend's rules of thumb, see Genomes.preferring), then random genomes; later
+Generation 0 is one genome per seed cost (a backend's rules of thumb, see
+Genomes.preferring), then the baseline genome (the original program), then random
+genomes: a search of `limit` = the number of seeds times just the seeds (an unfused
+baseline of a model can take seconds a run, e.g. a logits matmul materialized as a
+broadcast product); later
 generations are mutants of the `keep_best` best, or fresh random genomes after
 `stagnation` generations without a new best, or when nothing has been measured yet
 (e.g. a generation that was all Rejected). Every genome and every extracted program is
@@ -202,8 +205,8 @@ class GeneticSearch:
         """The next generation's new, distinct genomes."""
         o, g, rng = self.options, self.genomes, self.rng
         if self.generation == 0:
-            seeds = [lambda: g.baseline(rng)] + [lambda c=c: g.preferring(c, rng)
-                                                 for c in self.seeds]
+            seeds = [lambda c=c: g.preferring(c, rng) for c in self.seeds] + \
+                [lambda: g.baseline(rng)]
             make = lambda i: seeds[i]() if i < len(seeds) else g.random(rng)
         elif not self._elites or self._stale >= o.stagnation:
             if self._elites:

@@ -18,8 +18,8 @@ call. Options (`torch.compile(m, backend="lumos", options={...})`):
   A size outside every bucket compiles a program for a new bucket holding it (the
   power-of-two range around it, between the others), logged once, and stays in lumos;
 - any `lumos.search.options.CompileOptions` field but `dim_buckets`; `limit` defaults to
-  `LIMIT` (3): the CPU runtime's seed programs (unfused, fused, fused with BLAS), timed,
-  the fastest kept.
+  `LIMIT` (2): the CPU runtime's seed programs (fused, fused with BLAS), timed, the
+  fastest kept (a third candidate is the unfused program).
 
 Fallback: ops lumos cannot translate run in PyTorch (each logged once) and the
 regions between them in lumos; a graph that needs gradients runs eagerly with a
@@ -53,7 +53,7 @@ __all__ = ["Options", "backend"]
 
 _SEARCH_FIELDS = {f.name for f in dataclasses.fields(CompileOptions)} - {"dim_buckets"}
 _RUNTIMES = ("cpu", "reference")
-LIMIT = 3  # candidates timed per graph: the CPU runtime's three seed programs
+LIMIT = 2  # candidates timed per graph: the CPU runtime's two seed programs
 
 
 @dataclass(frozen=True)

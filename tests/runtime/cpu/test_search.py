@@ -87,7 +87,7 @@ def test_a_wrong_but_fast_candidate_loses(monkeypatch: pytest.MonkeyPatch) -> No
 
 def test_a_compile_past_candidate_timeout_is_rejected(monkeypatch: pytest.MonkeyPatch,
                                                       tmp_path: Path) -> None:
-    """The baseline's compiler hangs: it is killed at candidate_timeout, the candidate is
+    """The first candidate's compiler hangs: it is killed at candidate_timeout, it is
     Rejected, and the search goes on to a correct program."""
     x, y, out = chain_graph()
     hang = tmp_path / "hanging-cc"
