@@ -63,6 +63,7 @@ class CompiledProgram:
     def __init__(self, library: Path, layout: Layout) -> None:
         self.library, self.layout = library, layout
         self._plans: dict[tuple[int, ...], tuple[np.ndarray, int]] = {}
+        self._rounded: dict[tuple[int, ...], tuple[np.ndarray, int, np.ndarray]] = {}
         self._arena = np.empty(0, np.uint8)
         self._fn: Any = None
 
@@ -86,16 +87,31 @@ class CompiledProgram:
         return self._fn
 
     def plan(self, env: Mapping[str, int]) -> tuple[np.ndarray, int]:
-        """(arena offset of each intermediate, arena bytes) for these dims (cached)."""
-        key = tuple(env[d] for d in self.layout.dims)
+        """(arena offset of each intermediate, arena bytes) for these dims (cached). The
+        plan is made for the dims rounded up to powers of two and serves every size whose
+        buffers fit it (offsets that keep buffers apart keep smaller ones apart), so a
+        decode loop plans once per doubling of its context, not per token (planning
+        SmolLM2's step took 7.7 ms, its kernels 7 ms)."""
+        dims = self.layout.dims
+        key = tuple(env[d] for d in dims)
         hit = self._plans.get(key)
-        if hit is None:
-            temps = self.layout.temps
-            sizes = [int(t.nbytes.eval(env)) for t in temps]
-            offsets, total = plan(sizes, [(t.first, t.last) for t in temps])
-            log("memory", f"peak intermediates {total} bytes for dims {dict(env)} "
-                          f"({len(sizes)} buffers, {sum(sizes)} bytes without reuse)")
-            hit = self._plans[key] = (np.array(offsets, np.int64), total)
+        if hit is not None:
+            return hit
+        temps = self.layout.temps
+        sizes = np.array([t.nbytes.eval(env) for t in temps], np.int64)
+        up = tuple(1 << max(v - 1, 0).bit_length() for v in key)
+        rounded = self._rounded.get(up)
+        if rounded is None or np.any(sizes > rounded[2]):
+            renv = dict(zip(dims, up, strict=True))
+            big = np.array([t.nbytes.eval(renv) for t in temps], np.int64)
+            if np.any(sizes > big):  # a buffer that shrinks as a dim grows: plan exactly
+                up, big = key, sizes
+            offsets, total = plan(big.tolist(), [(t.first, t.last) for t in temps])
+            log("memory", f"peak intermediates {total} bytes for dims "
+                          f"{dict(zip(dims, up, strict=True))} ({len(temps)} buffers, "
+                          f"{int(big.sum())} bytes without reuse)")
+            rounded = self._rounded[up] = (np.array(offsets, np.int64), total, big)
+        hit = self._plans[key] = rounded[:2]
         return hit
 
     def shape(self, b: Buffer | Kernel, env: Mapping[str, int]) -> tuple[int, ...]:
