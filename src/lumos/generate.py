@@ -20,7 +20,7 @@ import numpy as np
 from lumos.dtype import i64
 from lumos.errors import LumosError
 from lumos.graph import Graph
-from lumos.nn import carry_over, load_state
+from lumos.nn import carries, carry_over, load_state
 from lumos.runtime import ReferenceRuntime
 from lumos.search import CompileOptions
 from lumos.shape import sym
@@ -103,6 +103,7 @@ class Generator:
         self.program = g.compile(rt, opts)
         say("binding weights")
         self.weight_bytes = load_state(model, self.program, state)
+        self._carries = carries(model, g)
         self.pos = 0
 
     def reset(self) -> None:
@@ -121,7 +122,7 @@ class Generator:
                                f"{self.max_context} tokens")
         self.program.set_data(self.tokens, np.asarray([ids], np.int64))
         self.program.execute(dims={"p": self.pos})
-        carry_over(self.model, self.program)
+        carry_over(self.model, self.program, self._carries)
         self.pos += n
         return self.program.get(self.logits)[0].copy()
 

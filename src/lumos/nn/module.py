@@ -182,10 +182,16 @@ def load_state(module: Module, program: Any, state: Mapping[str, Value],
     return total
 
 
-def carry_over(module: Module, program: Any) -> None:
-    """Bind each buffer's new value (see `Param.assign`) as its input for the next run."""
-    g = program.graph
-    for _, p in module.named_parameters():
-        new = p._updates.get(g)
-        if new is not None:
-            program.set_data(p.parts(g)[""], program.get(new))
+def carries(module: Module, graph: Any) -> list[tuple[Tensor, Tensor]]:
+    """(input, new value) of each buffer of `module` that `graph` updates (`Param.assign`)."""
+    return [(p.parts(graph)[""], new) for _, p in module.named_parameters()
+            if (new := p._updates.get(graph)) is not None]
+
+
+def carry_over(module: Module, program: Any,
+               pairs: list[tuple[Tensor, Tensor]] | None = None) -> None:
+    """Bind each buffer's new value as its input for the next run; `pairs`: `carries`'
+    list, kept by a caller that runs often (walking the module's parameters took SmolLM2
+    1 ms a token)."""
+    for t, new in carries(module, program.graph) if pairs is None else pairs:
+        program.set_data(t, program.get(new))

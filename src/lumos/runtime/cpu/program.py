@@ -340,10 +340,10 @@ class CpuProgram(Program):
             keep = prev is not None and prev.shape == shape and (
                 self.graph.nodes[o].persist or sys.getrefcount(prev) <= 3)
             result = prev if keep else np.empty(shape, b.dtype.np)
-            if keep and aliased(result):  # fed back as an input (a KV cache): write a
-                spare = self._spare.get(o)  # scratch buffer, copy after the run
-                if spare is None or spare.shape != shape:
-                    spare = self._spare[o] = np.empty(shape, b.dtype.np)
+            if keep and aliased(result):  # fed back as an input (a KV cache): write the
+                spare = self._spare.get(o)  # other of two buffers, which becomes the result
+                if spare is None or spare.shape != shape or aliased(spare):
+                    spare = np.empty(shape, b.dtype.np)
                 buffers.append(spare)
             else:
                 buffers.append(result)
@@ -352,6 +352,6 @@ class CpuProgram(Program):
         if c.layout.profiled:
             c.log_profile(env)
         for o, result, buf in zip(self.graph.outputs, results, buffers, strict=True):
-            if buf is not result:
-                np.copyto(result, buf)
-            self._results[o] = result
+            if buf is not result:  # no copy: the old result is the next run's spare
+                self._spare[o] = result
+            self._results[o] = buf
