@@ -24,6 +24,7 @@ import math
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from functools import cached_property
 from itertools import pairwise, product
 
 import numpy as np
@@ -311,7 +312,7 @@ class Layout:
     calls: int = 0
     profiled: tuple[Kernel, ...] = ()
 
-    @property
+    @cached_property
     def input_names(self) -> tuple[str, ...]:
         return tuple(b.name for b in self.inputs)  # type: ignore[misc]
 

@@ -328,26 +328,38 @@ class CpuProgram(Program):
         starts = np.array(pointers or [0], np.int64)
         ends = starts + np.array([a.nbytes for a in inputs] or [0], np.int64)
 
-        def aliased(a: np.ndarray) -> bool:  # overlaps an input's memory
-            return bool(np.any((starts < a.ctypes.data + a.nbytes) & (ends > a.ctypes.data)))
+        def aliased(arrays: list[np.ndarray]) -> list[bool]:  # overlap an input's memory?
+            if not arrays:
+                return []
+            lo = np.array([a.ctypes.data for a in arrays], np.int64)
+            hi = lo + np.array([a.nbytes for a in arrays], np.int64)
+            return ((starts < hi[:, None]) & (ends > lo[:, None])).any(1).tolist()
 
-        buffers, results = [], []
-        for o, b in zip(self.graph.outputs, c.layout.outputs, strict=True):
+        outs = list(zip(self.graph.outputs, c.layout.outputs, strict=True))
+        results, kept = [], []
+        for k, (o, b) in enumerate(outs):
             shape = c.shape(b, env)
             prev = self._results.get(o)
             # reuse the last result if persisted, or if nobody else holds it (its refs:
             # the dict, `prev` and getrefcount's argument)
-            keep = prev is not None and prev.shape == shape and (
-                self.graph.nodes[o].persist or sys.getrefcount(prev) <= 3)
-            result = prev if keep else np.empty(shape, b.dtype.np)
-            if keep and aliased(result):  # fed back as an input (a KV cache): write the
-                spare = self._spare.get(o)  # other of two buffers, which becomes the result
-                if spare is None or spare.shape != shape or aliased(spare):
-                    spare = np.empty(shape, b.dtype.np)
-                buffers.append(spare)
+            if prev is not None and prev.shape == shape and (
+                    self.graph.nodes[o].persist or sys.getrefcount(prev) <= 3):
+                kept.append(k)
+                results.append(prev)
             else:
-                buffers.append(result)
-            results.append(result)
+                results.append(np.empty(shape, b.dtype.np))
+        buffers = list(results)
+        # a result fed back as an input (a KV cache): the run writes the other of two
+        # buffers, which becomes the result
+        fed = [k for k, hit in zip(kept, aliased([results[k] for k in kept]), strict=True)
+               if hit]
+        spares = [self._spare.get(outs[k][0]) for k in fed]
+        spares = [s if s is not None and s.shape == results[k].shape else None
+                  for k, s in zip(fed, spares, strict=True)]
+        taken = aliased([s for s in spares if s is not None])
+        for k, s in zip(fed, spares, strict=True):
+            buffers[k] = s if s is not None and not taken.pop(0) else \
+                np.empty_like(results[k])
         c.run(inputs, env, buffers, pointers)
         if c.layout.profiled:
             c.log_profile(env)
