@@ -6,9 +6,11 @@ of 256 (the oracle check materializes the (n, n, n) product, so the search canno
 at the large sizes), then executes it at every size. The search's alternatives include
 the fused multiply-sum reduction kernel and a cblas_sgemm call (OpenBLAS from
 scipy-openblas32, lower_cpu.egg's KGemm); it picks the BLAS call. Target: >= 0.9x numpy
-at 1024. Writes results/matmul.json.
+at 1024. Run with OpenMP's default wait policy (lumos splits a product over its OpenMP
+threads; waiting passively, each product wakes them: n=512 ran at half speed). Writes
+results/matmul.json.
 
-    OMP_WAIT_POLICY=passive .venv/bin/python benchmarks/matmul.py [--sizes 256 512 1024]
+    .venv/bin/python benchmarks/matmul.py [--sizes 256 512 1024]
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ from common import median_time
 import lumos
 from lumos.runtime.cpu import CpuRuntime
 from lumos.search import CompileOptions
+
+QUIET_S = 0.5  # seconds of pause before timing each system
 
 
 def main() -> None:
@@ -59,10 +63,15 @@ def main() -> None:
         want = x @ y
         np.testing.assert_allclose(prog.get(c), want, rtol=1e-3, atol=1e-3 * np.sqrt(size))
         flop = 2 * size**3
-        r = {"n": size, "lumos_s": median_time(prog.execute, args.repeats),
-             "numpy_s": median_time(lambda: x @ y, args.repeats)}  # noqa: B023
+        # numpy's OpenBLAS threads busy-wait after a call (lumos right after `x @ y` ran
+        # at 34 GFLOP/s at n=512, 223 after a pause): each system is timed after a pause
+        time.sleep(QUIET_S)
+        r: dict = {"n": size, "lumos_s": median_time(prog.execute, args.repeats)}
+        time.sleep(QUIET_S)
+        r["numpy_s"] = median_time(lambda: x @ y, args.repeats)  # noqa: B023
         if torch is not None:
             tx, ty = torch.from_numpy(x), torch.from_numpy(y)
+            time.sleep(QUIET_S)
             r["torch_s"] = median_time(lambda: tx @ ty, args.repeats)  # noqa: B023
         for k in ("lumos", "numpy", "torch"):
             if f"{k}_s" in r:
