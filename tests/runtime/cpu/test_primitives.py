@@ -56,7 +56,8 @@ def test_binary() -> None:
 
 
 def test_reductions() -> None:
-    """SumReduce and MaxReduce over each axis of a 3-d input (one axis empty), all dtypes;
+    """SumReduce and MaxReduce over each axis of a 3-d input (one axis empty) and over a
+    long axis (the vector loops; short ones are written out per element), all dtypes;
     NaN propagates through max; empty max is -inf or the dtype's minimum."""
     rng = np.random.default_rng(2)
     g = lumos.Graph()
@@ -69,6 +70,14 @@ def test_reductions() -> None:
             feeds[x] = np.where(np.arange(105).reshape(3, 5, 7) < 12,
                                 feeds[x].reshape(-1)[::-1].reshape(3, 5, 7), feeds[x])
         feeds[e] = np.zeros((4, 0, 2), dt.np)
+        long = g.tensor((5, 37), dt, f"l_{dt.name}")
+        feeds[long] = edge_values(dt, rng, 185).reshape(5, 37)  # NaN and inf in row 0
+        if dt.is_float:
+            feeds[long][2, 30] = feeds[long][0, 6]  # a NaN late in a row
+        cases.append((f"MaxReduce long {dt.name}", node(g, "MaxReduce", [long], axis=1), True))
+        if not dt.is_float:
+            cases.append((f"SumReduce long {dt.name}", node(g, "SumReduce", [long], axis=1),
+                          True))
         for op in ("SumReduce", "MaxReduce"):
             for ax in range(3):
                 cases.append((f"{op}{ax} {dt.name}", node(g, op, [x], axis=ax),

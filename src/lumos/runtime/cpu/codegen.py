@@ -657,8 +657,12 @@ class _Codegen:
             if steps else []
         inner = steps[-1] if steps else length
         lanes = inner.value if steps and inner.value <= MAX_LANES else 0
+        inner_step, nan = step, n.op == "MaxReduce" and dt.is_float and not lanes
         if lanes:
             simd, acc = ["#pragma omp simd"], f"lane[{{c}}*{lanes} + zr]"
+        elif nan:  # a vector max, NaNs counted apart (GCC vectorizes no NaN-aware select)
+            simd, acc = ["#pragma omp simd reduction(max:acc) reduction(|:nan)"], "acc"
+            inner_step = "{a} = {x} > {a} ? {x} : {a}; nan |= {x} != {x};"
         else:  # float sums still take vector lanes: reassociated, not exact
             simd, acc = ["#pragma omp simd reduction(+:acc)"] if n.op == "SumReduce" and \
                 dt.is_float else [], "acc"
@@ -683,8 +687,9 @@ class _Codegen:
                 v: (0, s - 1) for v, s in zip(names[:unroll], sizes[:unroll], strict=True)}
             cases = [{k: e.subs(dict(zip(names[unroll:], values, strict=True)))
                       for k, e in m.items()} for values in combos]
-            head = [f"{acc_t} acc = {init};"]
-            tail = [f"out[{sc.index(out_index)}] = {store(dt, 'acc')};"]
+            head = [f"{acc_t} acc = {init};", *(["int nan = 0;"] if nan else [])]
+            tail = [*(["if (nan) acc = NAN;"] if nan else []),
+                    f"out[{sc.index(out_index)}] = {store(dt, 'acc')};"]
             n_lanes = lanes * len(combos)
             if vector:
                 try:  # the lanes as vectors of (at most) one register each
@@ -712,7 +717,7 @@ class _Codegen:
                 copies += ["{", *rs.decls, *simd,
                            f"for (int64_t zr = 0; zr < {inner.to_c()}; zr++) {{", *stmts,
                            f"const {vt} x = {x};",
-                           step.format(a=acc.format(c=c), x="x"), "}", "}"]
+                           inner_step.format(a=acc.format(c=c), x="x"), "}", "}"]
             if lanes:  # one set of lanes per copy: independent chains of vector adds
                 head += [f"{acc_t} lane[{n_lanes}];",
                          f"for (int zl = 0; zl < {n_lanes}; zl++) lane[zl] = {init};"]
