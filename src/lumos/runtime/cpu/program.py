@@ -353,13 +353,13 @@ class CpuProgram(Program):
         # buffers, which becomes the result
         fed = [k for k, hit in zip(kept, aliased([results[k] for k in kept]), strict=True)
                if hit]
-        spares = [self._spare.get(outs[k][0]) for k in fed]
-        spares = [s if s is not None and s.shape == results[k].shape else None
-                  for k, s in zip(fed, spares, strict=True)]
-        taken = aliased([s for s in spares if s is not None])
-        for k, s in zip(fed, spares, strict=True):
-            buffers[k] = s if s is not None and not taken.pop(0) else \
-                np.empty_like(results[k])
+        spares = []
+        for k in fed:
+            s = self._spare.get(outs[k][0])
+            fits = s is not None and s.shape == results[k].shape
+            spares.append(s if fits else np.empty_like(results[k]))
+        for k, s, hit in zip(fed, spares, aliased(spares), strict=True):
+            buffers[k] = np.empty_like(s) if hit else s
         c.run(inputs, env, buffers, pointers)
         if c.layout.profiled:
             c.log_profile(env)
