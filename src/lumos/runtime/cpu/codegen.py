@@ -58,7 +58,6 @@ PRELUDE = r"""#include <math.h>
 typedef char lumos_v16qi __attribute__((vector_size(16)));
 typedef int lumos_v16si __attribute__((vector_size(64)));
 typedef short lumos_v8hi __attribute__((vector_size(16)));
-typedef float lumos_v4sf __attribute__((vector_size(16)));
 #if defined(__GNUC__) && !defined(__clang__)
 #define LUMOS_X86_BUILTINS 1
 #elif defined(__F16C__) || defined(__AVX512F__)
