@@ -42,6 +42,19 @@ def test_first_candidate_is_the_baseline_and_limit_counts():
     assert search.best() == min(((g, o.seconds) for g, o in seen), key=lambda t: t[1])
 
 
+def test_seeds_come_before_the_baseline():
+    """A backend's seeds are timed first (a search of `limit` = their number times just
+    them), then the baseline, then random genomes."""
+    space = grid_space(6, 3)
+    prefer_v2 = lambda c, n: 0 if n.op == "v2" else 1  # noqa: E731
+    search = GeneticSearch(space, CompileOptions(limit=3), seeds=[prefer_v2])
+    seen = drive(search, measured(space))
+    ops = [[n.op for _, n in extract(space, g)] for g, _ in seen]
+    assert ops[0] == ["v2"] * 6 + ["Output"]
+    assert ops[1] == ["v0"] * 6 + ["Output"]
+    assert len(seen) == 3
+
+
 def test_same_seed_same_sequence_and_choice():
     space = grid_space(6, 3)
     runs = [drive(GeneticSearch(space, CompileOptions(limit=40, seed=s)), measured(space))

@@ -49,6 +49,17 @@ CASES = {  # name: (graph builder, whether a Gemm genome exists)
                  @ g.tensor((1, 7), lumos.f32, "b"), True),
     "k1_broadcast_rows": (lambda g: g.tensor((3, 1, 1), lumos.f32, "a").expand(3, 5, 1)
                           @ g.tensor((1, 7), lumos.f32, "b"), True),  # rows: not the 5
+    # products large enough to be split over the threads (lumos_sgemm): by rows, by
+    # columns (not a multiple of the 16-column step), with transposed operands
+    "split_rows": (lambda g: g.tensor((300, 64), lumos.f32, "a")
+                   @ g.tensor((64, 40), lumos.f32, "b"), True),
+    "split_rows_transposed_a": (lambda g: g.tensor((64, 300), lumos.f32, "a").T
+                                @ g.tensor((64, 40), lumos.f32, "b"), True),
+    "split_columns": (lambda g: g.tensor((9, 64), lumos.f32, "a")
+                      @ g.tensor((64, 300), lumos.f32, "b"), True),
+    "split_columns_transposed_b": (lambda g: lumos.linear(g.tensor((9, 64), lumos.f32, "x"),
+                                                          g.tensor((300, 64), lumos.f32, "w")),
+                                   True),
     "f64": (lambda g: g.tensor((12, 20), lumos.f64, "a") @ g.tensor((20, 7), lumos.f64,
                                                                     "b"), False),
     "strided_k": (lambda g: g.tensor((12, 40), lumos.f32, "a")[:, ::2]
