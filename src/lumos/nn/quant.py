@@ -96,13 +96,15 @@ def dequantize(qtype: str, parts: Mapping[str, Tensor]) -> Tensor:
     if qtype == "Q8_0":
         return (d.unsqueeze(-1) * qs.to(f32)).reshape(*lead, nb * BLOCK)
     low = qs.fmod(16)  # the low nibble: an integer remainder of the byte
-    # the high one: the byte less its low nibble, in bytes (exact: no borrow), then /16
-    # (exact) in f32; one conversion fewer than subtracting in f32 (the GEMV's inner loop)
-    hi = (qs - low).to(f32) * (1 / 16)
-    nib = stack([low.to(f32), hi], -2)  # (..., blocks, 2, 16): low nibbles first
-    d = d.reshape(*lead, nb, 1, 1)
+    # the high one times 16: the byte less its low nibble, in bytes (exact: no borrow);
+    # its 1/16 goes on the scale, so the GEMV's inner loop converts and scales once per
+    # half. Exact: d/16 and 16*nibble are d and the nibble scaled by powers of two.
+    high = (qs - low).to(f32)
     if qtype == "Q4_0":
-        w = d * (nib - 8.0)
+        nib = stack([low.to(f32) - 8.0, high - 128.0], -2)  # (..., blocks, 2, 16)
     else:
-        w = d * nib + parts["m"].to(f32).reshape(*lead, nb, 1, 1)
+        nib = stack([low.to(f32), high], -2)  # low nibbles first
+    w = stack([d, d * (1 / 16)], -1).reshape(*lead, nb, 2, 1) * nib
+    if qtype == "Q4_1":
+        w = w + parts["m"].to(f32).reshape(*lead, nb, 1, 1)
     return w.reshape(*lead, nb * BLOCK)

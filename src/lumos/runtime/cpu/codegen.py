@@ -76,6 +76,16 @@ typedef short lumos_v8hi __attribute__((vector_size(16)));
 #define LUMOS_WIDEN_UINT8_X16(x, T) __builtin_convertvector(x, T)
 #define LUMOS_WIDEN_INT8_X16(x, T) __builtin_convertvector(x, T)
 #endif
+/* c + a*b for 16 floats, rounded once: a sum of products accumulates with FMA (FLAGS turn
+   off contraction elsewhere: dequantization rounds as written) */
+#if defined(__AVX512F__) && defined(LUMOS_X86_BUILTINS)
+#define LUMOS_FMA_F32X16(a, b, c) ((__typeof__(c))__builtin_ia32_vfmaddps512_mask( \
+    (a), (b), (c), (unsigned short)-1, 4))
+#elif defined(__AVX512F__)
+#define LUMOS_FMA_F32X16(a, b, c) ((__typeof__(c))_mm512_fmadd_ps((a), (b), (c)))
+#else
+#define LUMOS_FMA_F32X16(a, b, c) ((c) + (a) * (b))
+#endif
 
 /* glibc's vector math (libmvec, within a few ulp): lets loops calling these vectorize */
 #if defined(__x86_64__) && defined(__GLIBC__) && (__GLIBC__ > 2 || __GLIBC_MINOR__ >= 35)
@@ -370,6 +380,7 @@ class _Codegen:
         self.slots: dict[int, str] = {}  # node -> C pointer expression in the driver
         self.args: dict[int, str] = {}  # per kernel: producer node -> parameter name
         self._count = 0
+        self._unsigned_zero: set[str] = set()  # per kernel: float values never -0
 
     def _name(self) -> str:
         self._count += 1
@@ -606,6 +617,8 @@ class _Codegen:
         elif b.op == "Cast":
             (a, act, _), = args
             x, vec = _convert(a, act, ct, lanes), True
+        elif b.op == "Add" and (kept := self._plus_zero(args)) is not None:
+            x, vec = kept, True  # (the two halves of a stack: each plus the other's 0)
         elif b.op in ("Add", "Mul") or (b.op == "Recip" and in_dt.is_float):
             x, vec = self.compute(b.op, in_dt, [a for a, _, _ in args]), True
         elif b.op == "Mod" and not in_dt.is_float and _divisor(self.g, b.args[1], args[1][0]):
@@ -617,8 +630,21 @@ class _Codegen:
             x = f"({sc.pred(valid)} ? {x} : {zero})"
         name = self._name()
         stmts.append(f"const {_vtype(ct, lanes) if vec else ct} {name} = {x};")
+        if vec and (b.op == "Cast" and not in_dt.is_float or x in self._unsigned_zero):
+            self._unsigned_zero.add(name)
         done[id(b)] = name, ct, vec
         return done[id(b)]
+
+    def _plus_zero(self, args: list[tuple[str, str, bool]]) -> str | None:
+        """The vector operand of a float `x + 0` when x is never -0 (an integer converted,
+        or such a value plus 0), so the sum is x exactly; else None."""
+        (a, at, av), (c, _, cv) = args
+        if at not in ("float", "double"):
+            return None
+        for x, xv, zero in ((a, av, c), (c, cv, a)):
+            if xv and x in self._unsigned_zero and zero == f"({at})0":
+                return x
+        return None
 
     def reduce(self, n: Node, b: Body, out_index: Expr) -> list[str]:
         """Loops over the output; inside, a loop over the reduced axis evaluating `b`
@@ -696,16 +722,21 @@ class _Codegen:
                     per = lanes // width
                     for c, mc in enumerate(cases):
                         rs, stmts = _Scope("zr", rb, self._name), []
-                        x, _, _ = self.vector(b, mc, shape, rs, stmts, {}, width)
+                        a, done = f"lv[{c * per} + zr / {width}]", {}
+                        factors = self.fma_factors(b, mc, shape, rs, stmts, done, width) \
+                            if acc_t == "float" and width == VECTOR_LANES else None
+                        if factors:
+                            add = f"{a} = LUMOS_FMA_F32X16({factors[0]}, {factors[1]}, {a});"
+                        else:
+                            x = self.vector(b, mc, shape, rs, stmts, done, width)[0]
+                            add = f"{a} += {x};"
                         copies += ["{", *rs.decls,
                                    f"for (int64_t zr = 0; zr < {lanes}; zr += {width}) {{",
-                                   *stmts, f"lv[{c * per} + zr / {width}] += {x};", "}", "}"]
+                                   *stmts, add, "}", "}"]
                     lv, nv = _vtype(acc_t, width), n_lanes // width
                     head += [f"{lv} lv[{nv}];",
                              f"for (int zl = 0; zl < {nv}; zl++) lv[zl] = ({lv}){{0}};"]
-                    tail = [f"for (int zl = 0; zl < {n_lanes}; zl++) {{",
-                            step.format(a="acc", x=f"lv[zl / {width}][zl % {width}]"), "}",
-                            *tail]
+                    tail = [*_lane_sum("lv", nv, acc_t, width), *tail]
                     return [*head, *loops, *copies, *["}"] * len(loops), *tail]
                 except _Scalar:
                     pass
@@ -727,6 +758,18 @@ class _Codegen:
         lines = self.nest(shape, body, numel(shape) * in_shape[ax],
                           block=REDUCE_BLOCK if long else BLOCK)
         return _typedefs(lines) + lines
+
+    def fma_factors(self, b: Body, m: dict, shape: tuple[Expr, ...], sc: _Scope,
+                    stmts: list[str], done: dict[object, tuple[str, str, bool]],
+                    lanes: int) -> tuple[str, str] | None:
+        """The two vector factors of a reduction body that is a product valid everywhere
+        (a dot product: accumulated with FMA), else None."""
+        if isinstance(b, Load) or b.op != "Mul" or \
+                simplify(self.prep(b.valid.subs(m), shape), sc.bounds) is not ONE:
+            return None
+        (x, _, xv), (y, _, yv) = (self.vector(a, m, shape, sc, stmts, done, lanes)
+                                  for a in b.args)
+        return (x, y) if xv and yv else None
 
     def _outer_reduction(self, b: Body, m: dict, shape: tuple[Expr, ...],
                          length: Expr) -> bool:
@@ -902,6 +945,7 @@ def generate(g: Kernels) -> tuple[tuple[str, ...], Layout]:
     for i in order:
         gen.args = {}
         gen._count = 0  # hoisted names restart: equal kernels have equal text
+        gen._unsigned_zero = set()
         body = gen.kernel(i)
         n = nodes[i]
         params = [f"{storage(n.dtype)} *restrict out"]
@@ -958,6 +1002,22 @@ def _typedefs(lines: list[str]) -> list[str]:
         out.append(f"typedef {ct} {name} "
                    f"__attribute__((vector_size({_SIZE[ct] * int(lanes)}){extra}));")
     return out
+
+
+def _lane_sum(lv: str, nv: int, ct: str, width: int) -> list[str]:
+    """`acc += ` the sum of all lanes of the `nv` vectors `lv[]`: the vectors added, then
+    halves of the register added pairwise (a sequential sum over the lanes was a chain of
+    dependent scalar adds as long as a 576-element GEMV row's whole vector loop)."""
+    out = ["{", f"{_vtype(ct, width)} s{width} = {lv}[0];",
+           f"for (int zl = 1; zl < {nv}; zl++) s{width} += {lv}[zl];"]
+    w = width
+    while w > 2:
+        h, x = w // 2, f"s{w}"
+        lo, hi = ", ".join(map(str, range(h))), ", ".join(map(str, range(h, w)))
+        out.append(f"const {_vtype(ct, h)} s{h} = __builtin_shufflevector({x}, {x}, {lo}) + "
+                   f"__builtin_shufflevector({x}, {x}, {hi});")
+        w = h
+    return [*out, "acc += s2[0] + s2[1];", "}"]
 
 
 def _convert(x: str, src: str, dst: str, lanes: int) -> str:
