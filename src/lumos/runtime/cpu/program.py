@@ -66,6 +66,8 @@ class CompiledProgram:
         self._rounded: dict[tuple[int, ...], tuple[np.ndarray, int, np.ndarray]] = {}
         self._arena = np.empty(0, np.uint8)
         self._fn: Any = None
+        self._sizes: tuple[np.ndarray, list[int]] | None = None  # see `plan`
+        self._out_shapes: list[tuple[int, ...] | None] | None = None
 
     @property
     def source(self) -> Path:
@@ -98,7 +100,12 @@ class CompiledProgram:
         if hit is not None:
             return hit
         temps = self.layout.temps
-        sizes = np.array([t.nbytes.eval(env) for t in temps], np.int64)
+        if self._sizes is None:  # the constant sizes once; those of symbolic size per dims
+            self._sizes = (np.array([t.nbytes.value if t.nbytes.is_num else 0 for t in temps],
+                                    np.int64),
+                           [k for k, t in enumerate(temps) if not t.nbytes.is_num])
+        sizes, symbolic = self._sizes[0].copy(), self._sizes[1]
+        sizes[symbolic] = [temps[k].nbytes.eval(env) for k in symbolic]
         up = tuple(1 << max(v - 1, 0).bit_length() for v in key)
         rounded = self._rounded.get(up)
         if rounded is None or np.any(sizes > rounded[2]):
@@ -117,6 +124,13 @@ class CompiledProgram:
     def shape(self, b: Buffer | Kernel, env: Mapping[str, int]) -> tuple[int, ...]:
         return tuple(int(e.eval(env)) for e in b.shape)
 
+    def output_shapes(self, env: Mapping[str, int]) -> list[tuple[int, ...]]:
+        if self._out_shapes is None:  # static ones once
+            self._out_shapes = [self.shape(b, {}) if all(e.is_num for e in b.shape) else None
+                                for b in self.layout.outputs]
+        return [s if s is not None else self.shape(b, env)
+                for s, b in zip(self._out_shapes, self.layout.outputs, strict=True)]
+
     def log_profile(self, env: Mapping[str, int]) -> None:
         """Logs each kernel's time in the last run (of a program compiled with
         LUMOS_LOG=profile) and the bandwidth of writing its output."""
@@ -129,19 +143,22 @@ class CompiledProgram:
                            f"{list(shape)}: {t / 1e3:.1f} us, {nbytes / max(t, 1):.3g} GB/s")
 
     def run(self, inputs: Sequence[np.ndarray], env: Mapping[str, int],
-            outputs: Sequence[np.ndarray], pointers: Sequence[int] | None = None) -> None:
+            outputs: Sequence[np.ndarray], in_pointers: np.ndarray | None = None,
+            out_pointers: np.ndarray | None = None) -> None:
         """Compute into `outputs` (C-contiguous, right shapes) from `inputs`, which must be
         C-contiguous arrays of the inputs' shapes and storage dtypes (unchecked); their
-        data `pointers` if the caller has them."""
+        data pointers (int64 arrays) if the caller has them."""
         offsets, total = self.plan(env)
         if self._arena.size < total + ALIGN:
             self._arena = np.empty(total + ALIGN, np.uint8)
         arena = -(-self._arena.ctypes.data // ALIGN) * ALIGN
         dims = np.array([env[d] for d in self.layout.dims] or [0], np.int64)
-        ins = (ctypes.c_void_p * max(len(inputs), 1))(
-            *(pointers if pointers is not None else [a.ctypes.data for a in inputs]))
-        outs = (ctypes.c_void_p * max(len(outputs), 1))(*(a.ctypes.data for a in outputs))
-        self._function()(arena, offsets.ctypes.data, ins, outs, dims.ctypes.data)
+        ins, outs = (p if p is not None else np.array([a.ctypes.data for a in arrays] or [0],
+                                                      np.int64)
+                     for p, arrays in ((in_pointers, inputs), (out_pointers, outputs)))
+        # (the arrays stay referenced until the call returns)
+        self._function()(arena, offsets.ctypes.data, ins.ctypes.data, outs.ctypes.data,
+                         dims.ctypes.data)
 
     def __call__(self, inputs: Sequence[np.ndarray], env: Mapping[str, int]) -> list[np.ndarray]:
         """Checked execution: the outputs, freshly allocated."""
@@ -297,6 +314,38 @@ def sources_hash() -> str:
     return h.hexdigest()[:16]
 
 
+class _Binding:
+    """One compiled program's inputs as last passed: the arrays, their data pointers and
+    ends (what the C driver and the alias check read), updated for the inputs bound since
+    (`pending`) instead of rebuilt each run (SmolLM2's step binds 756 inputs, 61 of them
+    anew)."""
+
+    def __init__(self, c: CompiledProgram, data: Mapping[int, np.ndarray],
+                 by_name: Mapping[str, int]) -> None:
+        nodes = [by_name[name] for name in c.layout.input_names]
+        self.slots: dict[int, list[int]] = {}
+        for k, node in enumerate(nodes):
+            self.slots.setdefault(node, []).append(k)
+        self.arrays = [data[node] for node in nodes]
+        self.starts = np.array([a.ctypes.data for a in self.arrays] or [0], np.int64)
+        self.ends = self.starts + np.array([a.nbytes for a in self.arrays] or [0], np.int64)
+        self.pending: set[int] = set()
+
+    def update(self, data: Mapping[int, np.ndarray]) -> None:
+        for node in self.pending:
+            a = data[node]
+            for k in self.slots.get(node, ()):
+                self.arrays[k] = a
+                self.starts[k] = a.ctypes.data
+                self.ends[k] = self.starts[k] + a.nbytes
+        self.pending.clear()
+
+    def aliased(self, pointers: np.ndarray, nbytes: np.ndarray) -> np.ndarray:
+        """For each array (data pointer, bytes): whether it overlaps an input's memory."""
+        return ((self.starts < pointers[:, None] + nbytes[:, None]) &
+                (self.ends > pointers[:, None])).any(1)
+
+
 class CpuProgram(Program):
     """One compiled program per dim bucket; `execute` runs the one holding the dims."""
 
@@ -306,39 +355,29 @@ class CpuProgram(Program):
         self.buckets, self.programs = buckets, programs
         self._by_name = {n.name: i for i, n in enumerate(graph.nodes) if n.op == "Input"}
         self._spare: dict[int, np.ndarray] = {}  # by output: scratch when it is fed back
-        self._pointers: dict[int, tuple[np.ndarray, int]] = {}  # id -> (array, data pointer)
+        self._bindings: dict[int, _Binding] = {}  # by program index
 
     @property
     def compiled(self) -> CompiledProgram:
         """The program of the first bucket (the only one without dim buckets)."""
         return self.programs[0]
 
+    def _bound(self, node: int) -> None:
+        for b in self._bindings.values():
+            b.pending.add(node)
+
     def _run(self, env: dict[str, int]) -> None:
-        c = self.programs[select(self.buckets, env)]
-        inputs = [self._data[self._by_name[name]] for name in c.layout.input_names]
-        pointers = []
-        for a in inputs:  # (a.ctypes.data costs microseconds; weights stay bound for long)
-            hit = self._pointers.get(id(a))
-            if hit is None or hit[0] is not a:
-                hit = self._pointers[id(a)] = (a, a.ctypes.data)
-            pointers.append(hit[1])
-        if len(self._pointers) > 4 * len(inputs):  # forget arrays no longer bound
-            bound = {id(a) for a in inputs}
-            self._pointers = {k: v for k, v in self._pointers.items() if k in bound}
-        starts = np.array(pointers or [0], np.int64)
-        ends = starts + np.array([a.nbytes for a in inputs] or [0], np.int64)
-
-        def aliased(arrays: list[np.ndarray]) -> list[bool]:  # overlap an input's memory?
-            if not arrays:
-                return []
-            lo = np.array([a.ctypes.data for a in arrays], np.int64)
-            hi = lo + np.array([a.nbytes for a in arrays], np.int64)
-            return ((starts < hi[:, None]) & (ends > lo[:, None])).any(1).tolist()
-
-        outs = list(zip(self.graph.outputs, c.layout.outputs, strict=True))
+        index = select(self.buckets, env)
+        c = self.programs[index]
+        bind = self._bindings.get(index)
+        if bind is None:
+            bind = self._bindings[index] = _Binding(c, self._data, self._by_name)
+        else:
+            bind.update(self._data)
+        shapes = c.output_shapes(env)
+        outs = self.graph.outputs
         results, kept = [], []
-        for k, (o, b) in enumerate(outs):
-            shape = c.shape(b, env)
+        for k, (o, b, shape) in enumerate(zip(outs, c.layout.outputs, shapes, strict=True)):
             prev = self._results.get(o)
             # reuse the last result if persisted, or if nobody else holds it (its refs:
             # the dict, `prev` and getrefcount's argument)
@@ -349,21 +388,27 @@ class CpuProgram(Program):
             else:
                 results.append(np.empty(shape, b.dtype.np))
         buffers = list(results)
+        pointers = np.array([a.ctypes.data for a in results] or [0], np.int64)
+        nbytes = np.array([a.nbytes for a in results] or [0], np.int64)
         # a result fed back as an input (a KV cache): the run writes the other of two
         # buffers, which becomes the result
-        fed = [k for k, hit in zip(kept, aliased([results[k] for k in kept]), strict=True)
-               if hit]
-        spares = []
-        for k in fed:
-            s = self._spare.get(outs[k][0])
-            fits = s is not None and s.shape == results[k].shape
-            spares.append(s if fits else np.empty_like(results[k]))
-        for k, s, hit in zip(fed, spares, aliased(spares), strict=True):
-            buffers[k] = np.empty_like(s) if hit else s
-        c.run(inputs, env, buffers, pointers)
+        if kept:
+            hits = bind.aliased(pointers[kept], nbytes[kept])
+            fed = [k for k, hit in zip(kept, hits, strict=True) if hit]
+            spares = []
+            for k in fed:
+                s = self._spare.get(outs[k])
+                spares.append(s if s is not None and s.shape == results[k].shape
+                              else np.empty_like(results[k]))
+            at = np.array([s.ctypes.data for s in spares] or [0], np.int64)
+            hits = bind.aliased(at, nbytes[fed]) if fed else []
+            for j, (k, s, hit) in enumerate(zip(fed, spares, hits, strict=True)):
+                buffers[k] = np.empty_like(s) if hit else s
+                pointers[k] = buffers[k].ctypes.data if hit else at[j]
+        c.run(bind.arrays, env, buffers, bind.starts, pointers)
         if c.layout.profiled:
             c.log_profile(env)
-        for o, result, buf in zip(self.graph.outputs, results, buffers, strict=True):
+        for o, result, buf in zip(outs, results, buffers, strict=True):
             if buf is not result:  # no copy: the old result is the next run's spare
                 self._spare[o] = result
             self._results[o] = buf
