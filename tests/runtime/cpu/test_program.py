@@ -95,6 +95,48 @@ def test_persisted_outputs_fed_back_alternate_between_two_buffers() -> None:
     assert len(seen) == 2
 
 
+def _cache_graph(reader: bool) -> tuple:
+    """A (4, 3) cache with row `pos` set to `row` (a Scatter), persisted; with `reader`
+    also an output that reads the old cache after the write."""
+    g = lumos.Graph()
+    cache = g.tensor((4, 3), lumos.f32, "cache")
+    pos = g.tensor((1, 3), lumos.i64, "pos")
+    row = g.tensor((1, 3), lumos.f32, "row")
+    new = cache.scatter(0, pos, row)
+    outs = [new.output(persist=True), *([(new + cache).output()] if reader else [])]
+    return g.compile(CpuRuntime()), cache, pos, row, outs
+
+
+@pytest.mark.parametrize("case", ["inplace", "later_reader", "bound_twice"])
+def test_scatter_into_a_fed_back_input_writes_in_place(case: str) -> None:
+    """A persisted output made by a Scatter into an input, fed back as that input (a KV
+    cache), is updated in the input's memory; not when the old cache is read after the
+    write (the layout sees it) or when its memory is bound to another input too."""
+    prog, cache, pos, row, outs = _cache_graph(case == "later_reader")
+    assert prog.compiled.layout.inplace == (() if case == "later_reader" else ((0, 0),))
+    want = np.arange(12, dtype=np.float32).reshape(4, 3)
+    prog.set_data(cache, want.copy())
+    prog.set_data(row, np.zeros((1, 3), np.float32))
+    prog.set_data(pos, np.zeros((1, 3), np.int64))
+    prog.execute()  # (not fed back yet)
+    want[0] = 0
+    addresses = set()
+    for step in range(1, 5):
+        got = prog.get(outs[0])
+        prog.set_data(cache, got)
+        values = got[1:2] if case == "bound_twice" else np.full((1, 3), step, np.float32)
+        prog.set_data(row, values)
+        prog.set_data(pos, np.full((1, 3), step % 4, np.int64))
+        old, want = want, want.copy()
+        want[step % 4] = values[0]
+        prog.execute()
+        np.testing.assert_array_equal(prog.get(outs[0]), want)
+        if case == "later_reader":
+            np.testing.assert_array_equal(prog.get(outs[1]), want + old)
+        addresses.add(prog.get(outs[0]).ctypes.data)
+    assert len(addresses) == (1 if case == "inplace" else 2)
+
+
 def test_outputs_of_inputs_constants_and_shared_nodes() -> None:
     g = lumos.Graph()
     x = g.tensor((2, 3), lumos.i32, "x")

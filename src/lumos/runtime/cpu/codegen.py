@@ -313,17 +313,24 @@ class Layout:
     `dims` values in this order, a pointer per Input node in `inputs` and per Output
     node in `outputs`, and an arena offset per `temps` entry. `calls`: kernels run per
     execution. `profiled`: the kernels timed into `lumos_profile_ns`, in call order (empty
-    when not profiling)."""
+    when not profiling). `inplace`: (output, input) positions where the output may be
+    the input's own memory: a Scatter into that input writes the output, and nothing
+    reads the input after it (a KV cache updated in place, not copied each step)."""
     dims: tuple[str, ...]
     inputs: tuple[Buffer, ...]
     outputs: tuple[Buffer, ...]
     temps: tuple[Temp, ...]
     calls: int = 0
     profiled: tuple[Kernel, ...] = ()
+    inplace: tuple[tuple[int, int], ...] = ()
 
     @cached_property
     def input_names(self) -> tuple[str, ...]:
         return tuple(b.name for b in self.inputs)  # type: ignore[misc]
+
+    @cached_property
+    def inplace_of(self) -> dict[int, int]:
+        return dict(self.inplace)
 
 
 class _Scope:
@@ -887,7 +894,11 @@ class _Codegen:
             return [f"{{ const int64_t zp = (int64_t)({p});",
                     f"if (zp >= 0 && zp < {size}) out[zp] = "
                     f"{self.read_view(js, vs, ishape, sc)}; }}"]
-        return [*self.nest(shape, copy, numel(shape)), *self.nest(ishape, write, None)]
+        copies = self.nest(shape, copy, numel(shape))
+        if jd not in (ji, js) and _whole(vd, self.g.nodes[jd]):  # (Layout.inplace)
+            copies = [f"if ((const void *)out != (const void *){self.arg(jd)}) {{",
+                      *copies, "}"]
+        return [*copies, *self.nest(ishape, write, None)]
 
 
 _IMOD = "".join(  # C's truncated %, with x % 0 == 0 (and x % -1 == 0 without INT_MIN's trap)
@@ -938,6 +949,16 @@ def generate(g: Kernels) -> tuple[tuple[str, ...], Layout]:
             n = nodes[i]
             temps.append(Temp(numel(n.shape) * n.dtype.itemsize, pos[i], last.get(i, pos[i])))
 
+    inplace = []  # (Layout.inplace)
+    for m, o in enumerate(g.outputs):
+        b = g.bodies[o]
+        w = b.src if o not in copies and isinstance(b, Load) else o
+        if nodes[w].op == "Scatter":
+            jd = nodes[w].inputs[0]
+            if nodes[jd].op == "Input" and jd not in nodes[w].inputs[1:] and \
+                    _whole(nodes[w].views[0], nodes[jd]) and last[jd] == pos[w]:
+                inplace.append((m, inputs.index(jd)))
+
     any_blas = any(nodes[i].op == "Gemm" for i in order)
     dim_decls = "".join(f"  const int64_t D_{d} = dims[{k}];\n" for k, d in enumerate(g.dims))
     units: dict[str, str] = {}  # kernel function name -> its translation unit
@@ -974,7 +995,8 @@ def generate(g: Kernels) -> tuple[tuple[str, ...], Layout]:
     buffers = [Buffer(i, nodes[i].shape, nodes[i].dtype, nodes[i].name)
                for i in (*inputs, *g.outputs)]
     layout = Layout(tuple(g.dims), tuple(buffers[:len(inputs)]),
-                    tuple(buffers[len(inputs):]), tuple(temps), len(order), profiled)
+                    tuple(buffers[len(inputs):]), tuple(temps), len(order), profiled,
+                    tuple(inplace))
     return ("\n".join(parts), *units.values()), layout
 
 
@@ -1002,6 +1024,11 @@ def _typedefs(lines: list[str]) -> list[str]:
         out.append(f"typedef {ct} {name} "
                    f"__attribute__((vector_size({_SIZE[ct] * int(lanes)}){extra}));")
     return out
+
+
+def _whole(view: View, n: Node) -> bool:
+    """Whether `view` reads all of node `n` in memory order."""
+    return view.is_contiguous() and view.shape == n.shape
 
 
 def _lane_sum(lv: str, nv: int, ct: str, width: int) -> list[str]:

@@ -340,10 +340,10 @@ class _Binding:
                 self.ends[k] = self.starts[k] + a.nbytes
         self.pending.clear()
 
-    def aliased(self, pointers: np.ndarray, nbytes: np.ndarray) -> np.ndarray:
-        """For each array (data pointer, bytes): whether it overlaps an input's memory."""
-        return ((self.starts < pointers[:, None] + nbytes[:, None]) &
-                (self.ends > pointers[:, None])).any(1)
+    def overlaps(self, pointers: np.ndarray, nbytes: np.ndarray) -> np.ndarray:
+        """For each array (data pointer, bytes) and input: whether their memory overlaps."""
+        return (self.starts < pointers[:, None] + nbytes[:, None]) & \
+            (self.ends > pointers[:, None])
 
 
 class CpuProgram(Program):
@@ -390,18 +390,26 @@ class CpuProgram(Program):
         buffers = list(results)
         pointers = np.array([a.ctypes.data for a in results] or [0], np.int64)
         nbytes = np.array([a.nbytes for a in results] or [0], np.int64)
-        # a result fed back as an input (a KV cache): the run writes the other of two
-        # buffers, which becomes the result
+        # a result fed back as an input (a KV cache): the run writes over it where the
+        # layout allows (a Scatter into that input, bound to nothing else), else the other
+        # of two buffers, which becomes the result
         if kept:
-            hits = bind.aliased(pointers[kept], nbytes[kept])
-            fed = [k for k, hit in zip(kept, hits, strict=True) if hit]
+            over = bind.overlaps(pointers[kept], nbytes[kept])
+            fed = []
+            for k, row in zip(kept, over, strict=True):
+                j = c.layout.inplace_of.get(k)
+                if j is not None and row[j] and row.sum() == 1 and \
+                        bind.starts[j] == pointers[k] and bind.ends[j] == pointers[k] + nbytes[k]:
+                    continue
+                if row.any():
+                    fed.append(k)
             spares = []
             for k in fed:
                 s = self._spare.get(outs[k])
                 spares.append(s if s is not None and s.shape == results[k].shape
                               else np.empty_like(results[k]))
             at = np.array([s.ctypes.data for s in spares] or [0], np.int64)
-            hits = bind.aliased(at, nbytes[fed]) if fed else []
+            hits = bind.overlaps(at, nbytes[fed]).any(1) if fed else []
             for j, (k, s, hit) in enumerate(zip(fed, spares, hits, strict=True)):
                 buffers[k] = np.empty_like(s) if hit else s
                 pointers[k] = buffers[k].ctypes.data if hit else at[j]
