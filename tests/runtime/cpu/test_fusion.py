@@ -51,7 +51,10 @@ def space_of(g: lumos.Graph) -> lumos.egraph.SearchSpace:
 CASES = {  # name: (graph builder, kernels of the most fused genome, kernels unfused)
     "chain": (lambda g: ((g.tensor((64, 33), lumos.f32, "x") * 2 + 1).exp() * 0.5
                          - 0.25).sqrt(), 1, 7),
-    "relu_exp": (lambda g: (g.tensor((100,), lumos.f32, "x") * 2 + 1).relu().exp(), 2, 5),
+    "relu_exp": (lambda g: (g.tensor((100,), lumos.f32, "x") * 2 + 1).relu().exp(), 1, 5),
+    # max reductions read through padding, inlined: guarded (nothing read outside)
+    "relu6_padded": (lambda g: (lumos.clamp(g.tensor((9, 7), lumos.f32, "x") * 2, 0.0, 6.0)
+                                .pad((2, 1)).T + 1).exp(), 1, 11),
     "softmax": (lambda g: g.tensor((16, 40), lumos.f32, "x").softmax(1), 3, 8),
     "rms_norm": (lambda g: lumos.rms_norm(g.tensor((8, 64), lumos.f32, "x"), (64,),
                                           g.tensor((64,), lumos.f32, "w")), 2, 9),

@@ -33,7 +33,16 @@ from lumos.dtype import DType, bf16, f16, from_numpy_value
 from lumos.graph import live_nodes
 from lumos.hlir import UNARY, Node
 from lumos.logs import enabled
-from lumos.runtime.cpu.kernels import Apply, Body, Kernels, Load, Matrix, body_loads, gemm
+from lumos.runtime.cpu.kernels import (
+    Apply,
+    Body,
+    Kernels,
+    Load,
+    Matrix,
+    Reduce,
+    body_loads,
+    gemm,
+)
 from lumos.shape import Expr, Num, Var, View, simplify, z
 from lumos.shape.expr import ONE, ZERO
 from lumos.shape.view import numel
@@ -530,6 +539,9 @@ class _Codegen:
             return raw if root else load(self.g.nodes[b.src].dtype, raw)
         if id(b) in done:
             return done[id(b)]
+        if isinstance(b, Reduce):
+            name = done[id(b)] = self.inline_max(b, m, shape, sc, stmts)
+            return store(b.dtype, name) if root else name
         in_dt = self.g.dtype(b.args[0])
         valid = simplify(self.prep(b.valid.subs(m), shape), sc.bounds)
         inner = known | _conjuncts(valid)
@@ -565,6 +577,40 @@ class _Codegen:
         if in_dt.is_float:
             return f"fmod{'f' if ct == 'float' else ''}({a}, {b})"
         return f"lumos_imod_{ct}({a}, {b})"
+
+    def inline_max(self, b: Reduce, m: dict, shape: tuple[Expr, ...], sc: _Scope,
+                   stmts: list[str]) -> str:
+        """A local holding max reduction `b` at the position `b.view` reads (its value
+        type; 0 where the view is not valid: then nothing is read)."""
+        dt, ax = b.dtype, b.axis
+        out_shape = b.shape[:ax] + b.shape[ax + 1:]
+        flat = b.view.index.subs(m)
+        index, step = [], ONE  # the output's position, axis by axis, from its flat index
+        for k in reversed(range(len(out_shape))):
+            q = flat // step
+            index.insert(0, q if k == 0 else q % out_shape[k])
+            step = step * out_shape[k]
+        places = [k for k in range(len(b.shape)) if k != ax]
+        vt, acc = value_type(dt), self._name()
+        if dt.is_bool:
+            first, step_c = "{a} = {x};", "{a} |= {x};"
+        elif dt.is_float:  # NaN wins, as in the kernel
+            first, step_c = "{a} = {x};", "{a} = ({x} > {a} || {x} != {x}) ? {x} : {a};"
+        else:
+            first, step_c = "{a} = {x};", "{a} = {x} > {a} ? {x} : {a};"
+        body: list[str] = []
+        for r in range(b.shape[ax].value):
+            mr = {f"z{k}": e for k, e in zip(places, index, strict=True)} | {f"z{ax}": Num(r)}
+            x = self.value(b.arg, mr, shape, sc, body, {})
+            body.append((first if r == 0 else step_c).format(a=acc, x=f"({x})"))
+        valid = simplify(self.prep(b.valid.subs(m), shape), sc.bounds)
+        if valid is ZERO:
+            return f"({vt})0"
+        if valid is ONE:
+            stmts += [f"{vt} {acc};", *body]
+        else:  # read through padding: the position may be outside the reduction's output
+            stmts += [f"{vt} {acc} = 0;", f"if ({sc.pred(valid)}) {{", *body, "}"]
+        return acc
 
     def vector(self, b: Body, m: dict, shape: tuple[Expr, ...], sc: _Scope, stmts: list[str],
                done: dict[object, tuple[str, str, bool]], lanes: int,
@@ -609,6 +655,8 @@ class _Codegen:
             return done[key]
         if id(b) in done:
             return done[id(b)]
+        if isinstance(b, Reduce):
+            raise _Scalar
         valid = simplify(self.prep(b.valid.subs(m), shape), sc.bounds)
         in_dt = self.g.dtype(b.args[0])
         ct = value_type(b.dtype)

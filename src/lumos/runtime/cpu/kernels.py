@@ -7,10 +7,10 @@ kernels `Map`, `SumReduce`, `MaxReduce` and `Output` whose values come from a `B
 in `bodies` (their `inputs` are the buffers the body loads), and `Gemm` (a SumReduce
 over the product of its two inputs read through its two `views`, as a BLAS call: `gemm`).
 A body is a tree of `Load(src, view)` (buffer `src` read through `view`, over the
-kernel's iteration space) and `Apply(op, dtype, args, valid)` (an elementwise primitive
-computed inline, 0 where `valid` is 0). Decoding is decision-free: the genome's choices
-among ELoad and inline alternatives (lower_cpu.egg) are the kernel boundaries; views are
-composed here.
+kernel's iteration space), `Apply(op, dtype, args, valid)` (an elementwise primitive
+computed inline, 0 where `valid` is 0) and `Reduce` (a short max reduction inlined).
+Decoding is decision-free: the genome's choices among ELoad and inline alternatives
+(lower_cpu.egg) are the kernel boundaries; views are composed here.
 """
 
 from __future__ import annotations
@@ -37,8 +37,9 @@ LOWER = CORE + Rules.files(Path(__file__).with_name("lower_cpu.egg"),
 RULES = LOWER + Rules((), (Stage(bounded=("fuse",), rounds=FUSE_ROUNDS),))  # with fusion
 ELEMENTWISE = (*UNARY, *BINARY, "Cast")
 EXECUTABLE = frozenset({"Root", "Input", "Constant", "Iota", "Gather", "Scatter", "KMap",
-                        "KSumReduce", "KMaxReduce", "KOutput", "KGemm", "ELoad",
+                        "KSumReduce", "KMaxReduce", "KOutput", "KGemm", "ELoad", "EMaxReduce",
                         *(f"E{op}" for op in ELEMENTWISE)})
+SHORT_AXIS = 16  # an inlined max reduction's axis: a constant length up to this
 
 
 @dataclass(frozen=True)
@@ -55,7 +56,29 @@ class Apply:
     valid: Expr = ONE
 
 
-Body = Load | Apply
+@dataclass(frozen=True)
+class Reduce:
+    """A max reduction computed where a body reads it: `arg`, a body over the reduction's
+    input `shape`, reduced along `axis` (a short constant length) at the output position
+    `view` reads (flat, row-major in the output: the input's shape without `axis`); 0
+    where `view.valid` is 0."""
+    op: str
+    dtype: DType
+    axis: int
+    shape: tuple[Expr, ...]
+    view: View
+    arg: Body
+
+    @property
+    def args(self) -> tuple[Body, ...]:
+        return (self.arg,)
+
+    @property
+    def valid(self) -> Expr:
+        return self.view.valid
+
+
+Body = Load | Apply | Reduce
 
 
 @dataclass(frozen=True)
@@ -228,7 +251,14 @@ def cpu_space(space: SearchSpace, bounds: Mapping | None = None) -> SearchSpace:
     the dims' `bounds`), each class's buffer read (ELoad) and loop kernels first: the
     baseline genome is the program without fusion or BLAS."""
     b = bounds or {}
-    ok = lambda n: n.op != "KGemm" or gemm(gemm_views(n, b), n.fields[1], b) is not None  # noqa: E731
+
+    def ok(n: ENode) -> bool:
+        if n.op == "KGemm":
+            return gemm(gemm_views(n, b), n.fields[1], b) is not None
+        if n.op == "EMaxReduce":
+            length = n.fields[1].shape[n.fields[0]]
+            return length.is_num and length.value <= SHORT_AXIS
+        return True
     s = SearchSpace([[n for n in c if ok(n)] for c in space.classes], space.root,
                     space.class_keys)
     s = restrict(s, EXECUTABLE, "cpu")
@@ -266,6 +296,9 @@ def from_genome(space: SearchSpace, choice: Mapping[int, int] | Sequence[int],
         view = compose(n.fields[-1], bounds)
         if n.op == "ELoad":
             b = Load(built[n.children[0]], view)
+        elif n.op == "EMaxReduce":
+            arg = body(n.children[0])
+            b = Reduce("MaxReduce", k.dtype(arg), n.fields[0], n.fields[1].shape, view, arg)
         else:
             args = tuple(body(a) for a in n.children)
             op = n.op[1:]
@@ -366,8 +399,9 @@ def seeds(space: SearchSpace, env: Mapping[str, int]) -> tuple[Cost, Cost]:
                    for ch in loads)
 
     baseline = Genomes(space).baseline(random.Random(0))  # cpu_space: unfused first
+    short = {m.children[0] for r in space.classes for m in r if m.op == "EMaxReduce"}
     for c, n in extract(space, baseline):  # producers before their readers
-        if n.op in ("KMap", "KOutput"):
+        if n.op in ("KMap", "KOutput") or n.op == "KMaxReduce" and n.children[0] in short:
             ops[c] = body_ops(n.children[0])
             padded[c] = body_padded(n.children[0])
 
