@@ -64,3 +64,17 @@ def test_padded_taps_stay_a_map() -> None:
     out = k.outputs[0]
     assert (k.nodes[taps].op, k.nodes[out].op) == ("Map", "Output")
     assert isinstance(k.bodies[out], Reduce) and loads(k.bodies[out]) == [taps]
+
+
+def test_reductions_inline_where_read_once_in_order() -> None:
+    """A relu read by a 2x2 max pool (through its windows: two apart, not linear) stays a
+    kernel of its own (inlined, its loop ran scalar); the pooled result read by the output
+    in order is computed there."""
+    g = lumos.Graph()
+    x = g.tensor((2, 4, 8, 8), lumos.f32, "x")
+    lumos.max_pool2d((x * 2 + 1).relu(), 2).output()
+    k = fused_seed(g)
+    (relu,) = kernels(k, (2, 4, 8, 8))
+    out = k.outputs[0]
+    assert k.nodes[relu].op == "MaxReduce"
+    assert isinstance(k.bodies[out], Reduce) and loads(k.bodies[out]) == [relu]

@@ -15,6 +15,7 @@ Decoding is decision-free: the genome's choices among ELoad and inline alternati
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -378,7 +379,17 @@ def seeds(space: SearchSpace, env: Mapping[str, int]) -> tuple[Cost, Cost]:
                 broadcast = any(f"z{k}" not in used and _numel((e,), env) > 1
                                 and (padded[p] or not _once(view, k))
                                 for k, e in enumerate(view.shape))
-                decided[c] = not broadcast and \
+                # a reduction is inlined only where each of its outputs is read once (an
+                # im2col copy reads a pooled activation 9 times: 4 max steps each) and in
+                # order, linearly (a 2x2 pool reading relu's outputs two apart through
+                # its windows ran scalar, 32x slower than relu's own vector loop)
+                red = next((m for m in space.classes[p] if m.op == "KMaxReduce"), None)
+                lin = _linear(view.index, [f"z{k}" for k in range(len(view.shape))])
+                again = red is not None and (math.prod(
+                    _numel((e,), env) for k, e in enumerate(view.shape)
+                    if not _once(view, k)) > _numel(red.fields[0], env) or
+                    lin is None or lin[1][-1] is not ONE)
+                decided[c] = not broadcast and not again and \
                     ops[p] * (readers.get(p, 1) - 1) <= DUPLICATE_OPS
         return decided[c]
 
