@@ -32,7 +32,7 @@ from lumos.search.genome import Genomes, extract
 from lumos.shape import Expr, Var, View, nrange, simplify
 from lumos.shape.expr import ONE, ZERO, Bounds, is_axis_var
 
-FUSE_ROUNDS = 12  # inlining depth: one producer level per round
+FUSE_ROUNDS = 16  # inlining depth: one producer level per round (BERT's gelu: 3 kernels at 12)
 LOWER = CORE + Rules.files(Path(__file__).with_name("lower_cpu.egg"),
                            stages=(Stage(saturate=("lower_cpu",), required=True),))
 RULES = LOWER + Rules((), (Stage(bounded=("fuse",), rounds=FUSE_ROUNDS),))  # with fusion
