@@ -134,6 +134,30 @@ def test_weights_are_read_on_every_call() -> None:
         assert not torch.allclose(before, after)
 
 
+def test_weights_rebound_when_replaced_or_shared() -> None:
+    """Weights stay bound across calls; a replaced parameter, one given new memory, a
+    non-contiguous one and a second module of the same structure are each bound anew."""
+    torch.manual_seed(0)
+    a, b = (nn.Sequential(nn.Linear(4, 3), nn.Linear(3, 2)).eval() for _ in range(2))
+    fa, fb = compiled(a, options=STRICT), compiled(b, options=STRICT)
+    x = torch.randn(5, 4)
+    with torch.no_grad():
+        for _ in range(2):  # alternating: the same cached program, two sets of weights
+            assert_same(fa(x), a(x))
+            assert_same(fb(x), b(x))
+        assert cache.stats["misses"] == 1
+        a[0].weight = nn.Parameter(torch.randn(3, 4))
+        assert_same(fa(x), a(x))
+        a[0].weight = nn.Parameter(torch.randn(4, 3).T)  # not contiguous: copied each call
+        assert_same(fa(x), a(x))
+        a[0].weight.mul_(3)
+        assert_same(fa(x), a(x))
+        a[0].weight = nn.Parameter(torch.randn(3, 4))
+        assert_same(fa(x), a(x))
+        a[0].weight.data = torch.randn(3, 4)  # the same parameter, new memory
+        assert_same(fa(x), a(x))
+
+
 def test_bf16_weights_bound_without_copies() -> None:
     m = nn.Linear(8, 4).to(torch.bfloat16).eval()
     f = compiled(m, options=STRICT)

@@ -69,6 +69,10 @@ class Program:
         self._data[node] = np.ascontiguousarray(arr).reshape(arr.shape)  # keeps 0-d 0-d
         self._bound(node)
 
+    def bound(self, tensor: Tensor) -> np.ndarray | None:
+        """The array bound to graph input `tensor` (None if none is)."""
+        return self._data.get(tensor.node)
+
     def _bound(self, node: int) -> None:
         """Called when input `node` is bound anew (a runtime may cache its bindings)."""
 

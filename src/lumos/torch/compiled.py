@@ -145,6 +145,10 @@ class CompiledGraph:
         self.programs, self.tr, self.module, self.strict = programs, programs.tr, module, strict
         self.scope = scope
         self.failed = False
+        # by program: per input, the tensor last bound, its data pointer and the array
+        # bound (contiguous tensors only: their memory is bound, so later writes are seen;
+        # rebinding a weight cost more than the tiny Llama's kernels)
+        self._bound: dict[int, list[tuple[torch.Tensor, int, np.ndarray] | None]] = {}
 
     def __call__(self, *args: Any) -> Any:
         if not self.failed:
@@ -165,9 +169,17 @@ class CompiledGraph:
         tr = self.tr
         taken: list[np.ndarray] = []  # memory a result must not share: inputs, results
         if prog is not None:
-            for t, source in tr.inputs:
-                a = to_numpy(args[source] if isinstance(source, int) else self._attr(source))
-                prog.set_data(t, a)
+            bound = self._bound.setdefault(id(prog), [None] * len(tr.inputs))
+            for k, (t, source) in enumerate(tr.inputs):
+                x = args[source] if isinstance(source, int) else self._attr(source)
+                hit = bound[k]
+                if hit is not None and hit[0] is x and hit[1] == x.data_ptr() and \
+                        hit[2].shape == x.shape and prog.bound(t) is hit[2]:
+                    a = hit[2]  # a weight, unchanged, still bound (programs are shared)
+                else:
+                    prog.set_data(t, to_numpy(x))
+                    a = prog.bound(t)
+                    bound[k] = (x, x.data_ptr(), a) if x.is_contiguous() else None
                 taken.append(a)
             prog.execute({k: v for k, v in env.items() if k in tr.graph.dims})
 
