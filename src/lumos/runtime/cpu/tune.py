@@ -57,7 +57,9 @@ def profiling_inputs(graph: Graph, env: Mapping[str, int], seed: int) -> dict[st
             a = rng.integers(lo, lo + 16, shape).astype(dt.np)
         else:
             scale = 1 / math.sqrt(max(1, math.prod(shape[1:])))
-            a = from_numpy_value((rng.standard_normal(shape) * scale).astype(np.float32), dt)
+            a = rng.standard_normal(shape, np.float32)  # (f32 draws: 44M of them in 0.1 s)
+            a *= np.float32(scale)
+            a = from_numpy_value(a, dt)
         out[n.name] = np.asarray(a, dtype=dt.np, order="C")  # keeps 0-d 0-d
     return out
 
