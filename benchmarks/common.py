@@ -12,14 +12,34 @@ from collections.abc import Callable
 import numpy as np
 
 
+def openblas_core() -> str:
+    """The kernel family OpenBLAS runs (scipy-openblas32: the library lumos's GEMMs call;
+    numpy's scipy-openblas64 reads the same variables), with `OPENBLAS_CORETYPE` named when
+    set. The variable overrides OpenBLAS's CPU detection; some machines here set it to
+    Haswell (AVX2), which halves sgemm on an AVX-512 CPU: 245 vs 462 GFLOP/s at 1024^3 on
+    this machine. Benchmarks meant to show what users get unset it in that command alone:
+    `env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE .venv/bin/python benchmarks/NAME.py`."""
+    import ctypes
+
+    import scipy_openblas32
+
+    scipy_openblas32.get_openblas_config()  # loads the library
+    get = scipy_openblas32.dll.scipy_openblas_get_corename
+    get.restype = ctypes.c_char_p
+    forced = os.environ.get("OPENBLAS_CORETYPE")
+    return get().decode() + (f" (OPENBLAS_CORETYPE={forced})" if forced else "")
+
+
 def median_time(fn: Callable[[], object], repeats: int, warmup: int = 1,
-                before: Callable[[], object] | None = None) -> float:
+                before: Callable[[], object] | None = None, least: float = 0.0) -> float:
     """Median wall time of `fn` in seconds over `repeats` runs, after `warmup` runs;
-    `before` (untimed) runs before each timed run."""
+    `before` (untimed) runs before each timed run. With `least`, runs go on until they
+    also add up to that many seconds (a median of 20 sub-millisecond calls moves with
+    whatever else the shared machine did in those 20 ms)."""
     for _ in range(warmup):
         fn()
-    times = []
-    for _ in range(repeats):
+    times: list[float] = []
+    while len(times) < repeats or sum(times) < least:
         if before is not None:
             before()
         t0 = time.perf_counter()

@@ -28,7 +28,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
-from common import evict_caches, median_time, read_bandwidth
+from common import evict_caches, median_time, openblas_core, read_bandwidth
 
 import lumos
 from lumos.nn.quant import Packed, dequantize, part_dtypes
@@ -113,7 +113,7 @@ def main() -> None:
     r: dict = {
         "benchmark": "gemv", "shape": {"x": [1, args.k], "W": [args.n, args.k]},
         "cpus": os.cpu_count(), "load_average_1min": os.getloadavg()[0],
-        "omp_wait_policy": os.environ["OMP_WAIT_POLICY"],
+        "openblas_core": openblas_core(), "omp_wait_policy": os.environ["OMP_WAIT_POLICY"],
         "lumos_threads": os.environ.get("LUMOS_NUM_THREADS", "default"),
         "torch_threads": torch.get_num_threads(), "search_limit": args.limit,
         "read_yardstick": f"numpy max over a 256 MiB f32 array, {threads} thread(s)",

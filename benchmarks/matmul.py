@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from common import median_time
+from common import median_time, openblas_core
 
 import lumos
 from lumos.runtime.cpu import CpuRuntime
@@ -84,10 +84,11 @@ def main() -> None:
 
     out = {"benchmark": "matmul", "dtype": "f32", "kernels": kernels, "compile_s": compile_s,
            "search_limit": args.limit, "cpus": os.cpu_count(),
-           "load_average_1min": os.getloadavg()[0],
+           "load_average_1min": os.getloadavg()[0], "openblas_core": openblas_core(),
            "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", "default"),
            "target": {"ratio_vs_numpy_at_1024": 0.9}, "sizes": rows}
-    print(f"lumos: {kernels} kernel(s), compile + search {compile_s:.1f} s")
+    print(f"lumos: {kernels} kernel(s), compile + search {compile_s:.1f} s; OpenBLAS "
+          f"{out['openblas_core']}")
     path = Path(__file__).resolve().parent / "results" / "matmul.json"
     path.write_text(json.dumps(out, indent=2) + "\n")
     print(f"wrote {path}")

@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from common import median_time, read_bandwidth
+from common import median_time, openblas_core, read_bandwidth
 
 from lumos.search import CompileOptions
 
@@ -361,7 +361,8 @@ def show(name: str, value: float, measure: str) -> str:
 def report(results: dict) -> None:
     print(f"{results['cpus']} CPUs (load average {results['load_average_1min']:.1f}), lumos "
           f"runtime {results['runtime']}, search {results['search']}, {results['rounds']} "
-          f"rounds, DRAM read {results['read_gbps']:.1f} GB/s")
+          f"rounds, DRAM read {results['read_gbps']:.1f} GB/s, OpenBLAS "
+          f"{results['openblas_core']}")
     for model, r in results["models"].items():
         print(f"\n{model}: {r.get('what', '')}")
         if "error" in r:
@@ -407,6 +408,7 @@ def main() -> None:
     transformers.logging.set_verbosity_error()  # unused-weight notices of the peer models
     results: dict = {
         "benchmark": "models", "cpus": os.cpu_count(), "load_average_1min": os.getloadavg()[0],
+        "openblas_core": openblas_core(),
         "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", "default"),
         "lumos_threads": os.environ.get("LUMOS_NUM_THREADS", "default"),
         "torch_threads": torch.get_num_threads(), "torch": torch.__version__,

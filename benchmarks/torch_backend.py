@@ -1,6 +1,7 @@
 """Benchmark: torch.compile(backend="lumos") against eager PyTorch and inductor.
 
-Forward latency (median) and cold compile time (first call, compile included) of a
+Forward latency (the median of at least `--repeats` calls and 1 s of calls, after 3
+warm-up calls) and cold compile time (first call, compile included) of a
 tiny Llama (h64, 2 layers, 1x16), a 44M-parameter Llama (h512, 4 layers, 1x128) and a
 small CNN (batch 8, 3x224x224), plus generate() tokens/s for the Llamas with
 `--generate`. Random weights (transformers configs; nothing is downloaded). Peers run
@@ -31,7 +32,7 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from common import median_time
+from common import median_time, openblas_core
 from torch import nn
 
 
@@ -98,7 +99,7 @@ def caches(root: Path | None) -> Iterator[None]:
 
 
 def forward(model: nn.Module, args: tuple, backend: str | None, options: dict | None,
-            repeats: int, root: Path | None) -> dict[str, float]:
+            repeats: int, least: float, root: Path | None) -> dict[str, float]:
     torch._dynamo.reset()
     f = model if backend is None else torch.compile(model, backend=backend, options=options)
     with torch.no_grad():
@@ -107,7 +108,7 @@ def forward(model: nn.Module, args: tuple, backend: str | None, options: dict | 
             f(*args)
             cold = time.perf_counter() - t0
         return {"compile_s": cold if backend else 0.0,
-                "latency_s": median_time(lambda: f(*args), repeats)}
+                "latency_s": median_time(lambda: f(*args), repeats, warmup=3, least=least)}
 
 
 def generate(model: nn.Module, backend: str | None, options: dict | None, tokens: int,
@@ -136,7 +137,8 @@ def case(name: str, peers: dict[str, tuple], args: argparse.Namespace,
     model, inputs = CASES[name][args.quick]()
     row: dict[str, Any] = {}
     for peer, (backend, opts) in peers.items():
-        row[peer] = forward(model, inputs, backend, opts, args.repeats, root)
+        row[peer] = forward(model, inputs, backend, opts, args.repeats,
+                            0.0 if args.quick else 1.0, root)
         if args.generate and name != "cnn":
             row[peer]["tokens_per_s"] = generate(model, backend, opts,
                                                  8 if args.quick else 32, root)
@@ -172,9 +174,9 @@ def main() -> None:
     peers = {p: every[p] for p in args.peers.split(",")}
     results: dict[str, Any] = {"benchmark": "torch_backend", "lumos_options": options,
                                "warm_caches": args.warm, "threads": torch.get_num_threads(),
-                               "cases": {}}
+                               "openblas_core": openblas_core(), "cases": {}}
     print(f"lumos options {options or 'default'}; {'warm' if args.warm else 'cold'} compiles"
-          f"{'; quick sizes' if args.quick else ''}")
+          f"{'; quick sizes' if args.quick else ''}; OpenBLAS {results['openblas_core']}")
     print(f"{'case':>9} {'peer':>9} {'latency ms':>11} {'compile s':>10} {'tok/s':>7}")
     with tempfile.TemporaryDirectory(prefix="torch_backend-") as tmp:
         for name in args.cases.split(","):

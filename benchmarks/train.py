@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from common import median_time
+from common import median_time, openblas_core
 
 import lumos
 from lumos.autograd import AdamW, Trainer
@@ -99,7 +99,7 @@ def main() -> None:
 
     out = {"benchmark": "train", "model": vars(c) | {"batch": args.batch},
            "search_limit": args.limit, "repeats": args.repeats, "cpus": os.cpu_count(),
-           "load_average_1min": os.getloadavg()[0],
+           "load_average_1min": os.getloadavg()[0], "openblas_core": openblas_core(),
            "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", "default"),
            "target": {"lumos_ratio_vs_eager": 1.0}, "results": rows}
     path = Path(__file__).parent / "results" / "train.json"

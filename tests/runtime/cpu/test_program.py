@@ -4,6 +4,7 @@ outputs, the arena plan), the compile cache and compile errors."""
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -213,6 +214,22 @@ def test_compile_cache_hit(monkeypatch: pytest.MonkeyPatch) -> None:
     assert first.library.exists() and first.source.exists()
     monkeypatch.setattr(cc_module.subprocess, "run", lambda *a, **k: pytest.fail("recompiled"))
     assert build(g).library == first.library
+
+
+def test_a_kernel_compiles_once_with_or_without_blas_beside_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Objects are cached per unit: a kernel unit is the same object in a program whose
+    other units call OpenBLAS (the search's BLAS seed) and in one whose units do not."""
+    monkeypatch.setenv("LUMOS_CACHE", str(tmp_path))
+    compiled: list[str] = []
+    real = cc_module.subprocess.Popen
+    monkeypatch.setattr(cc_module.subprocess, "Popen", lambda cmd, **kw: (
+        compiled.append(cmd[-1]) if "-c" in cmd else None) or real(cmd, **kw))
+    kernel = "int k_shared(int x) { return x + 1; }\n"
+    blas = "#include <cblas.h>\nint k_blas(void) { return (int)sizeof(blasint); }\n"
+    cc_module.compile_units([kernel, blas])
+    cc_module.compile_units(["int k_other(void) { return 2; }\n", kernel])
+    assert len(compiled) == 3 and len(set(compiled)) == 3
 
 
 def test_compile_error_names_the_source() -> None:

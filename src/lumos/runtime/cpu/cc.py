@@ -112,10 +112,13 @@ def compile_units(units: Sequence[str]) -> Path:
     (`LUMOS_CC_JOBS`, default: the CPU count); the library is cached by the objects'
     hashes, and `<hash>.c` next to it holds all units for reading."""
     cc = shlex.split(os.environ.get("CC") or "cc")
-    blas = any("#include <cblas.h>" in u for u in units)
-    link = [*LINK, *(blas_flags() if blas else ())]
-    base = "\0".join([*cc, *FLAGS, scipy_openblas32.__version__ if blas else "", cpu_id()])
-    keys = [hashlib.sha256((base + "\0" + u).encode()).hexdigest()[:32] for u in units]
+    uses = ["#include <cblas.h>" in u for u in units]
+    link = [*LINK, *(blas_flags() if any(uses) else ())]
+    base = "\0".join([*cc, *FLAGS, cpu_id()])
+    # a unit's key names OpenBLAS only if it includes it: a kernel shared by a program that
+    # calls BLAS and one that does not (the search's two seeds) compiles once
+    keys = [hashlib.sha256("\0".join([base, scipy_openblas32.__version__ if b else "", u])
+                           .encode()).hexdigest()[:32] for u, b in zip(units, uses, strict=True)]
     key = hashlib.sha256("\0".join([*keys, *link]).encode()).hexdigest()[:32]
     d = cache_dir()
     lib = d / f"{key}.so"
