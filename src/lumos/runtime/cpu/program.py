@@ -12,6 +12,7 @@ import shlex
 import subprocess
 import sys
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -188,7 +189,7 @@ class CpuRuntime:
 
     def compile(self, graph: Graph, options: CompileOptions | None = None) -> CpuProgram:
         from lumos.runtime.cpu.isolate import Sandbox  # (these import this module)
-        from lumos.runtime.cpu.tune import tune
+        from lumos.runtime.cpu.tune import prepare, tune
 
         opts = options or CompileOptions()
         buckets = combos(graph.dims, opts.dim_buckets)
@@ -199,20 +200,26 @@ class CpuRuntime:
             return CpuProgram(graph, buckets, [build(from_genome(s, [0] * len(s.classes),
                                                                  graph.dims)) for s in hit])
         budget = Budget(opts.max_enodes, opts.max_iterations, opts.saturation_time_limit)
-        spaces = [cpu_space(s, graph.dims) for s in  # the bounds from_genome decodes with
-                  build_spaces(graph, [bounds(c) for c in buckets], rules, budget)]
+        envs = [{d: b.representative for d, b in combo.items()} for combo in buckets]
         programs, genomes = [], []
-        with Sandbox() as box:
-            for combo, space in zip(buckets, spaces, strict=True):
+        with Sandbox() as box, ThreadPoolExecutor(1) as pool:
+            # the profiling inputs, the oracle and the sandbox's start need no e-graph:
+            # prepared while it saturates (in its worker process); the search waits for all
+            # of them, so no candidate is timed while inputs are still being sent
+            prepared = [pool.submit(prepare, graph, env, opts.seed, box) for env in envs] \
+                if options is not None else []
+            spaces = [cpu_space(s, graph.dims) for s in  # the bounds from_genome decodes with
+                      build_spaces(graph, [bounds(c) for c in buckets], rules, budget)]
+            profiling = [f.result() for f in prepared]
+            for k, space in enumerate(spaces):
                 def realize(genome: Genome, space: SearchSpace = space) -> CompiledProgram:
                     return build(from_genome(space, genome, graph.dims))
                 if options is None:
                     genomes.append(Genomes(space).baseline(random.Random(0)))
                     programs.append(realize(genomes[-1]))
                     continue
-                env = {d: b.representative for d, b in combo.items()}
-                search = GeneticSearch(space, opts, seeds=seeds(space, env))
-                programs.append(tune(graph, search, realize, env, box))
+                search = GeneticSearch(space, opts, seeds=seeds(space, envs[k]))
+                programs.append(tune(graph, search, realize, envs[k], box, profiling[k]))
                 genomes.append(search.best()[0])  # the genome of the program tune returned
         if saved is not None:
             saved.save(buckets, spaces, genomes)

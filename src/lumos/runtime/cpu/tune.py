@@ -1,7 +1,8 @@
 """Timed search on the CPU: each candidate program of a SearchSpace is compiled, run on
 profiling inputs in the sandbox, checked against the oracle, and timed.
 
-    program = tune(graph, space, realize, env, options, sandbox)
+    profiling = prepare(graph, env, seed, sandbox)  # needs no search space: see below
+    program = tune(graph, search, realize, env, sandbox, profiling)
 
 A compile error is `Rejected`, and so is a candidate one of whose compiler processes
 runs longer than `candidate_timeout` (it is killed then): one candidate whose source
@@ -9,7 +10,9 @@ chokes the C compiler must not stall the search. A crash, a hang (past
 `execution_timeout`) or an output that differs from `run_hlir` of the original graph is
 `Invalid`; otherwise the median of `trials` timed runs (after one warm-up run) is
 `Measured`. Profiling inputs are random (seeded by `options.seed`) at the bucket's
-representative dims.
+representative dims; `prepare` draws them, runs the oracle on them and stashes them in the
+sandbox (starting it), none of which needs the e-graph: CpuRuntime.compile runs it in a
+thread while the e-graph saturates in its worker process.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import math
 import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -94,13 +98,33 @@ def timed(program: CompiledProgram, inputs: Sequence[np.ndarray], env: Mapping[s
     return statistics.median(times)
 
 
+@dataclass
+class Profiling:
+    """One search's profiling inputs (stashed in the sandbox under `key`) and the oracle's
+    outputs on them."""
+    key: str
+    data: dict[str, np.ndarray]
+    want: list[np.ndarray]
+
+
+def prepare(graph: Graph, env: Mapping[str, int], seed: int, sandbox: Sandbox) -> Profiling:
+    """Profiling inputs at `env`, the oracle's outputs, and the inputs stashed in the
+    sandbox (a worker that fails to start here is started again, and reported, by the
+    first candidate's run)."""
+    data = profiling_inputs(graph, env, seed)
+    key = f"inputs-{next(_SEARCHES)}"  # the sandbox holds them for the whole search
+    try:
+        sandbox.put(key, data, timeout=120.0)
+    except CandidateError:
+        pass
+    return Profiling(key, data, run_hlir(graph, data, dict(env)))
+
+
 def tune(graph: Graph, search: GeneticSearch, realize: Callable[[Genome], CompiledProgram],
-         env: Mapping[str, int], sandbox: Sandbox) -> CompiledProgram:
+         env: Mapping[str, int], sandbox: Sandbox, profiling: Profiling) -> CompiledProgram:
     """The fastest correct program `search` finds; `realize` compiles a genome."""
     opts: CompileOptions = search.options
-    data = profiling_inputs(graph, env, opts.seed)
-    key = f"inputs-{next(_SEARCHES)}"  # the sandbox holds them for the whole search
-    want = run_hlir(graph, data, dict(env))
+    key, data, want = profiling.key, profiling.data, profiling.want
     dtypes = [graph.nodes[o].dtype for o in graph.outputs]
     programs: dict[tuple, CompiledProgram] = {}
 
