@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import lumos
-from lumos.egraph import CORE, Budget, Rules, Stage, build_spaces, decode
+from lumos.egraph import CORE, Budget, Rules, Stage, build_spaces, decode, worker
 from lumos.frontend.tensor import iota
 from lumos.runtime.reference import run_hlir
 from lumos.shape import sym
@@ -73,6 +73,17 @@ def test_time_limit_kills_a_runaway_child(capsys):
 def test_worker_returns_what_in_process_does():
     g = long_sum(3)
     assert build_spaces(g, budget=Budget(time_limit=30)) == build_spaces(g)
+
+
+def test_a_warmed_worker_is_the_one_a_build_uses():
+    worker.stop()
+    worker.warm()
+    started = worker._proc
+    worker.warm()  # already starting: no second process
+    assert worker._proc is started and started.poll() is None
+    g = long_sum(3)
+    assert build_spaces(g, budget=Budget(time_limit=30)) == build_spaces(g)
+    assert worker._proc is started
 
 
 def test_log_prints_per_ruleset_matches(monkeypatch, capsys):

@@ -5,7 +5,7 @@ child that is killed at the limit. The child is a fresh interpreter, spawned, ne
 forked (on egglog 13.2 a forked child's results never reach the parent); it is started
 with subprocess rather than multiprocessing's spawn context, which would re-run the
 user's unguarded __main__ script in the child. It is started on first use and reused
-until killed.
+until killed; `warm` starts it early without waiting for it.
 Messages are length-prefixed pickles over its stdin/stdout; what the call prints to
 stderr is handed back and printed by the parent.
 """
@@ -27,6 +27,7 @@ from typing import IO, Any
 
 _proc: subprocess.Popen | None = None
 _owner = os.getpid()  # a forked parent must not share its worker
+_starting = False  # _proc's "ready" not read yet (started by warm)
 _lock = threading.Lock()
 
 
@@ -49,16 +50,32 @@ def recv(f: IO[bytes]) -> Any:
     return pickle.loads(f.read(struct.unpack("<Q", head)[0]))
 
 
-def _start() -> subprocess.Popen:
+def _spawn() -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
     code = "from lumos.egraph.worker import main; main()"
-    proc = subprocess.Popen([sys.executable, "-c", code], env=env,
+    return subprocess.Popen([sys.executable, "-c", code], env=env,
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+
+
+def _ready(proc: subprocess.Popen) -> subprocess.Popen:
     try:
         recv(proc.stdout)  # "ready": imports done, so they do not count against a limit
     except EOFError:
         raise Lost(f"worker failed to start (exit code {proc.wait()})") from None
     return proc
+
+
+def _alive() -> bool:
+    return _proc is not None and _proc.poll() is None and _owner == os.getpid()
+
+
+def warm() -> None:
+    """Start the worker now and return at once: its imports (~0.3 s) overlap the caller's
+    work up to the first `call` (the torch backend: PyTorch's tracing)."""
+    global _proc, _owner, _starting
+    with _lock:
+        if not _alive():
+            _proc, _owner, _starting = _spawn(), os.getpid(), True
 
 
 def stop() -> None:
@@ -75,10 +92,17 @@ atexit.register(stop)
 def call(fn: Callable[..., Any], args: tuple, time_limit: float) -> Any:
     """fn(*args) in the worker; raises Lost if it runs past `time_limit` seconds or the
     worker dies, and re-raises what fn raises."""
-    global _proc, _owner
+    global _proc, _owner, _starting
     with _lock:
-        if _proc is None or _proc.poll() is not None or _owner != os.getpid():
-            _proc, _owner = _start(), os.getpid()
+        if not _alive():
+            _proc, _owner, _starting = _spawn(), os.getpid(), True
+        if _starting:
+            _starting = False
+            try:
+                _ready(_proc)
+            except Lost:
+                stop()
+                raise
         assert _proc.stdin is not None and _proc.stdout is not None
         try:
             send(_proc.stdin, (fn, args, os.environ.get("LUMOS_LOG", "")))

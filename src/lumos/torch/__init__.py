@@ -40,6 +40,7 @@ from typing import Any
 import torch
 from torch import fx
 
+from lumos.egraph import worker
 from lumos.errors import LumosError
 from lumos.graph import Graph
 from lumos.logs import warn
@@ -107,6 +108,8 @@ def backend(gm: fx.GraphModule, example_inputs: Sequence[Any],
         return gm.forward
     from torch._functorch.aot_autograd import aot_module_simplified
 
+    if opts.compile_options({}).saturation_time_limit is not None:
+        worker.warm()  # the e-graph's process (see build_spaces) starts while PyTorch traces
     try:
         runtime = _runtime(opts.runtime)
         with torch.inference_mode():

@@ -364,7 +364,9 @@ def seeds(space: SearchSpace, env: Mapping[str, int]) -> tuple[Cost, Cost]:
     An axis the read is valid at one position of (relu's and maximum's stacked pair) is
     no broadcast, unless the producer reads through padding (then the reduction's loop
     would carry guarded loads: a depthwise convolution stays a vector loop of its own).
-    Matrix products are the fused multiply-sum, or (second seed) BLAS calls. `env` gives
+    Matrix products are BLAS calls or (second seed) the fused multiply-sum: the first is
+    the faster on all but small products, so the second's timing is often cut short (see
+    tune.timed). `env` gives
     the dims' sizes. The search times the seeds like any other candidate."""
     readers: dict[int, int] = {}  # producer class -> kernels reading its buffer (HLIR edges)
     for nodes in space.classes:
@@ -428,7 +430,7 @@ def seeds(space: SearchSpace, env: Mapping[str, int]) -> tuple[Cost, Cost]:
                 return float((n.op == "ELoad") == inline(c))
             return 0.0
         return cost
-    return fused(1.0), fused(-1.0)
+    return fused(-1.0), fused(1.0)
 
 
 def _read_again(view: View, shape: Sequence[Expr], env: Mapping[str, int]) -> bool:
