@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ctypes
 import dataclasses
+import functools
 import hashlib
 import os
 import random
@@ -189,7 +190,7 @@ class CpuRuntime:
 
     def compile(self, graph: Graph, options: CompileOptions | None = None) -> CpuProgram:
         from lumos.runtime.cpu.isolate import Sandbox  # (these import this module)
-        from lumos.runtime.cpu.tune import prepare, tune
+        from lumos.runtime.cpu.tune import Profiling, prepare, tune
 
         opts = options or CompileOptions()
         buckets = combos(graph.dims, opts.dim_buckets)
@@ -204,13 +205,16 @@ class CpuRuntime:
         programs, genomes = [], []
         with Sandbox() as box, ThreadPoolExecutor(1) as pool:
             # the profiling inputs, the oracle and the sandbox's start need no e-graph:
-            # prepared while it saturates (in its worker process); the search waits for all
-            # of them, so no candidate is timed while inputs are still being sent
+            # prepared while it saturates (in its worker process) and the first candidate
+            # compiles; a candidate runs once all are ready, so none is timed while inputs
+            # are still being sent
             prepared = [pool.submit(prepare, graph, env, opts.seed, box) for env in envs] \
                 if options is not None else []
             spaces = [cpu_space(s, graph.dims) for s in  # the bounds from_genome decodes with
                       build_spaces(graph, [bounds(c) for c in buckets], rules, budget)]
-            profiling = [f.result() for f in prepared]
+
+            def profiling(k: int) -> Profiling:
+                return [f.result() for f in prepared][k]
             for k, space in enumerate(spaces):
                 def realize(genome: Genome, space: SearchSpace = space) -> CompiledProgram:
                     return build(from_genome(space, genome, graph.dims))
@@ -219,7 +223,8 @@ class CpuRuntime:
                     programs.append(realize(genomes[-1]))
                     continue
                 search = GeneticSearch(space, opts, seeds=seeds(space, envs[k]))
-                programs.append(tune(graph, search, realize, envs[k], box, profiling[k]))
+                programs.append(tune(graph, search, realize, envs[k], box,
+                                     functools.partial(profiling, k)))
                 genomes.append(search.best()[0])  # the genome of the program tune returned
         if saved is not None:
             saved.save(buckets, spaces, genomes)

@@ -1,8 +1,8 @@
 """Timed search on the CPU: each candidate program of a SearchSpace is compiled, run on
 profiling inputs in the sandbox, checked against the oracle, and timed.
 
-    profiling = prepare(graph, env, seed, sandbox)  # needs no search space: see below
-    program = tune(graph, search, realize, env, sandbox, profiling)
+    program = tune(graph, search, realize, env, sandbox,
+                   lambda: prepare(graph, env, seed, sandbox))
 
 A compile error is `Rejected`, and so is a candidate one of whose compiler processes
 runs longer than `candidate_timeout` (it is killed then): one candidate whose source
@@ -12,7 +12,8 @@ chokes the C compiler must not stall the search. A crash, a hang (past
 `Measured`. Profiling inputs are random (seeded by `options.seed`) at the bucket's
 representative dims; `prepare` draws them, runs the oracle on them and stashes them in the
 sandbox (starting it), none of which needs the e-graph: CpuRuntime.compile runs it in a
-thread while the e-graph saturates in its worker process.
+thread while the e-graph saturates in its worker process and the first candidate compiles;
+`tune` asks for it when the first candidate is ready to run.
 """
 
 from __future__ import annotations
@@ -126,10 +127,10 @@ def prepare(graph: Graph, env: Mapping[str, int], seed: int, sandbox: Sandbox) -
 
 
 def tune(graph: Graph, search: GeneticSearch, realize: Callable[[Genome], CompiledProgram],
-         env: Mapping[str, int], sandbox: Sandbox, profiling: Profiling) -> CompiledProgram:
+         env: Mapping[str, int], sandbox: Sandbox,
+         profiling: Callable[[], Profiling]) -> CompiledProgram:
     """The fastest correct program `search` finds; `realize` compiles a genome."""
     opts: CompileOptions = search.options
-    key, data, want = profiling.key, profiling.data, profiling.want
     dtypes = [graph.nodes[o].dtype for o in graph.outputs]
     programs: dict[tuple, CompiledProgram] = {}
 
@@ -143,6 +144,7 @@ def tune(graph: Graph, search: GeneticSearch, realize: Callable[[Genome], Compil
             warn(f"search candidate rejected: {str(e).splitlines()[0]}")
             log("search", f"candidate rejected: {str(e)[:4000]}")
             return Rejected(str(e))
+        key, data, want = (p := profiling()).key, p.data, p.want
         inputs = Stashed(key, program.layout.input_names)
         try:
             sandbox.put(key, data, timeout=120.0)
