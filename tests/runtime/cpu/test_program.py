@@ -3,6 +3,7 @@ outputs, the arena plan), the compile cache and compile errors."""
 
 from __future__ import annotations
 
+import ctypes
 import re
 from pathlib import Path
 
@@ -230,6 +231,39 @@ def test_a_kernel_compiles_once_with_or_without_blas_beside_it(
     cc_module.compile_units([kernel, blas])
     cc_module.compile_units(["int k_other(void) { return 2; }\n", kernel])
     assert len(compiled) == 3 and len(set(compiled)) == 3
+
+
+def test_kernels_compile_in_batches_cached_per_kernel(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """(prelude, definition) units compile in batches (two per job), each kernel found
+    again by its own key; batches that overlap (processes compiling at once) still link,
+    the definitions being weak."""
+    monkeypatch.setenv("LUMOS_CACHE", str(tmp_path))
+    monkeypatch.setenv("LUMOS_CC_JOBS", "1")
+    compiled: list[str] = []
+    real = cc_module.subprocess.Popen
+    monkeypatch.setattr(cc_module.subprocess, "Popen", lambda cmd, **kw: (
+        compiled.append(Path(cmd[-1]).read_text()) if "-c" in cmd else None) or real(cmd, **kw))
+
+    def kernel(k: int) -> tuple[str, str]:
+        return "#include <stdint.h>\n", \
+            f"__attribute__((weak)) int64_t k{k}(void) {{ return {k}; }}\n"
+    driver = "#include <stdint.h>\nint64_t k0(void), k1(void), k2(void), k3(void);\n" \
+        "int64_t run(void) { return k0() * 1000 + k1() * 100 + k2() * 10 + k3(); }\n"
+    cc_module.compile_units([driver, kernel(0), kernel(1), kernel(2)])
+    assert sorted(c.count(") {") for c in compiled) == [1, 1, 2]  # driver, 2 batches
+    compiled.clear()
+    # the batch of k0 and k2 loses k2's reference, as if another process had compiled k2
+    # elsewhere at the same time: k2 is compiled again, and both batches are linked
+    pair = next(u for u in (tmp_path / "cpu").glob("*.unit.c") if u.read_text().count(") {") == 2)
+    refs = [r for r in (tmp_path / "cpu").glob("*.ref") if r.read_text() == f"{pair.stem[:-5]}.o"]
+    assert len(refs) == 2
+    refs[0].unlink()
+    lib = cc_module.compile_units([driver, kernel(3), kernel(2), kernel(1), kernel(0)])
+    assert len(compiled) == 2 and all(c.count(") {") == 1 for c in compiled)
+    run = ctypes.CDLL(str(lib)).run
+    run.restype = ctypes.c_int64
+    assert run() == 123
 
 
 def test_compile_error_names_the_source() -> None:

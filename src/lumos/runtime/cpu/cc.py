@@ -105,20 +105,28 @@ def compile_source(source: str) -> Path:
     return compile_units((source,))
 
 
-def compile_units(units: Sequence[str]) -> Path:
-    """The path of the shared library linked from C translation `units`. Each unit is
-    compiled to an object cached by its own hash (`<hash>.o`; a program that differs from
-    an earlier one in a few kernels compiles only those), the missing ones in parallel
-    (`LUMOS_CC_JOBS`, default: the CPU count); the library is cached by the objects'
-    hashes, and `<hash>.c` next to it holds all units for reading."""
+Unit = str | tuple[str, str]  # a whole translation unit, or (prelude, definitions)
+
+
+def compile_units(units: Sequence[Unit]) -> Path:
+    """The path of the shared library linked from C translation `units`. Each unit's
+    object is cached by the unit's hash (a program that differs from an earlier one in a
+    few kernels compiles only those). A unit given as (prelude, definitions) may be
+    compiled in one source with others of the same prelude: the missing ones are split
+    into 2 x `LUMOS_CC_JOBS` (default: the CPU count) batches, compiled in parallel, each
+    unit's `<hash>.ref` naming its batch's object (gcc's start and the prelude cost
+    18 ms of a kernel's 36; definitions are weak, so batches that overlap, from processes
+    compiling at once, link). The library is cached by the units' hashes, and `<hash>.c`
+    next to it holds all units for reading."""
     cc = shlex.split(os.environ.get("CC") or "cc")
-    uses = ["#include <cblas.h>" in u for u in units]
+    texts = [u if isinstance(u, str) else u[0] + u[1] for u in units]
+    uses = ["#include <cblas.h>" in t for t in texts]
     link = [*LINK, *(blas_flags() if any(uses) else ())]
     base = "\0".join([*cc, *FLAGS, cpu_id()])
     # a unit's key names OpenBLAS only if it includes it: a kernel shared by a program that
     # calls BLAS and one that does not (the search's two seeds) compiles once
-    keys = [hashlib.sha256("\0".join([base, scipy_openblas32.__version__ if b else "", u])
-                           .encode()).hexdigest()[:32] for u, b in zip(units, uses, strict=True)]
+    keys = [hashlib.sha256("\0".join([base, scipy_openblas32.__version__ if b else "", t])
+                           .encode()).hexdigest()[:32] for t, b in zip(texts, uses, strict=True)]
     key = hashlib.sha256("\0".join([*keys, *link]).encode()).hexdigest()[:32]
     d = cache_dir()
     lib = d / f"{key}.so"
@@ -126,12 +134,73 @@ def compile_units(units: Sequence[str]) -> Path:
         return lib
     d.mkdir(parents=True, exist_ok=True)
     src = d / f"{key}.c"
-    _write(src, "\n".join(units))
-    todo = {k: u for k, u in zip(keys, units, strict=True) if not (d / f"{k}.o").exists()}
+    _write(src, "\n".join(texts))
+    objects = {k: _cached(d, k) for k in keys}
     jobs = int(os.environ.get("LUMOS_CC_JOBS") or os.cpu_count() or 1)
+    sources: dict[str, str] = {}  # object key -> its source
+    members: dict[str, list[str]] = {}  # batch object key -> the unit keys it compiles
+    batches: dict[str, dict[str, str]] = {}  # prelude -> missing unit key -> definitions
+    for k, u in zip(keys, units, strict=True):
+        if objects[k] is None:
+            if isinstance(u, str):
+                sources[k] = u
+            else:
+                batches.setdefault(u[0], {})[k] = u[1]
+    for prelude, defs in batches.items():
+        items = list(defs.items())
+        n = min(len(items), 2 * jobs)
+        for part in (items[i::n] for i in range(n)):
+            bk = hashlib.sha256("\0".join(k for k, _ in part).encode()).hexdigest()[:32]
+            sources[bk] = prelude + "\n".join(text for _, text in part)
+            members[bk] = [k for k, _ in part]
+    failure = _run_compilers(cc, d, sources, jobs)
+    if failure is not None:
+        k, code, err = failure
+        raise CompileError(f"{cc[0]} failed on generated source {d / f'{k}.unit.c'} (part of "
+                           f"{src}, exit {code}):\n{err[-4000:]}")
+    for k in sources:
+        for m in members.get(k, [k]):
+            objects[m] = f"{k}.o"
+            if m != k:
+                _write(d / f"{m}.ref", f"{k}.o")
+    tmp = d / f"{key}.{os.getpid()}.tmp"
+    proc = subprocess.Popen([*cc, *FLAGS, "-shared", "-o", str(tmp),
+                             *(str(d / o) for o in dict.fromkeys(objects[k] for k in keys)),
+                             *link, "-lm"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            process_group=0)
+    try:
+        err = proc.communicate(timeout=_remaining(time.monotonic()))[1]
+    except subprocess.TimeoutExpired:
+        _kill(proc)
+        tmp.unlink(missing_ok=True)
+        raise _timed_out(cc[0], src) from None
+    if proc.returncode != 0:
+        tmp.unlink(missing_ok=True)
+        raise CompileError(f"{cc[0]} failed to link {src} (exit {proc.returncode}):\n"
+                           f"{err[-4000:]}")
+    os.replace(tmp, lib)
+    return lib
+
+
+def _cached(d: Path, k: str) -> str | None:
+    """The object file (name in `d`) that holds unit `k`, if one was compiled."""
+    if (d / f"{k}.o").exists():
+        return f"{k}.o"
+    with suppress(OSError):
+        name = (d / f"{k}.ref").read_text()
+        if (d / name).exists():
+            return name
+    return None
+
+
+def _run_compilers(cc: list[str], d: Path, sources: dict[str, str],
+                   jobs: int) -> tuple[str, int, str] | None:
+    """Compiles each source (by key) to `<key>.o` in `d`, `jobs` at a time; the first
+    failure (key, exit code, stderr), if any."""
     running: list[tuple[str, subprocess.Popen, float]] = []
     failure = None
-    for k, unit in [*todo.items(), *[(None, None)] * jobs]:  # the Nones drain the queue
+    for k, unit in [*sources.items(), *[(None, None)] * jobs]:  # the Nones drain the queue
         while running and (len(running) >= jobs or k is None):
             done, proc, started = running.pop(0)
             try:
@@ -147,7 +216,7 @@ def compile_units(units: Sequence[str]) -> Path:
                 failure = failure or (done, proc.returncode, err)
             else:
                 os.replace(tmp, d / f"{done}.o")
-        if k is None:
+        if k is None or unit is None:
             continue
         unit_src = d / f"{k}.unit.c"
         _write(unit_src, unit)
@@ -156,27 +225,7 @@ def compile_units(units: Sequence[str]) -> Path:
             [*cc, *FLAGS, *(blas_flags()[:1] if "#include <cblas.h>" in unit else ()),
              "-c", "-o", str(tmp), str(unit_src)], stderr=subprocess.PIPE, text=True,
             process_group=0), time.monotonic()))
-    if failure is not None:
-        k, code, err = failure
-        raise CompileError(f"{cc[0]} failed on generated source {d / f'{k}.unit.c'} (part of "
-                           f"{src}, exit {code}):\n{err[-4000:]}")
-    tmp = d / f"{key}.{os.getpid()}.tmp"
-    proc = subprocess.Popen([*cc, *FLAGS, "-shared", "-o", str(tmp),
-                             *(str(d / f"{k}.o") for k in dict.fromkeys(keys)), *link, "-lm"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            process_group=0)
-    try:
-        err = proc.communicate(timeout=_remaining(time.monotonic()))[1]
-    except subprocess.TimeoutExpired:
-        _kill(proc)
-        tmp.unlink(missing_ok=True)
-        raise _timed_out(cc[0], src) from None
-    if proc.returncode != 0:
-        tmp.unlink(missing_ok=True)
-        raise CompileError(f"{cc[0]} failed to link {src} (exit {proc.returncode}):\n"
-                           f"{err[-4000:]}")
-    os.replace(tmp, lib)
-    return lib
+    return failure
 
 
 def _write(path: Path, text: str) -> None:

@@ -33,6 +33,7 @@ from lumos.dtype import DType, bf16, f16, from_numpy_value
 from lumos.graph import live_nodes
 from lumos.hlir import UNARY, Node
 from lumos.logs import enabled
+from lumos.runtime.cpu.cc import Unit
 from lumos.runtime.cpu.kernels import (
     Apply,
     Body,
@@ -965,9 +966,10 @@ static inline int64_t lumos_now(void) {{
 """
 
 
-def generate(g: Kernels) -> tuple[tuple[str, ...], Layout]:
+def generate(g: Kernels) -> tuple[tuple[Unit, ...], Layout]:
     """The C translation units of `g`: the driver `lumos_run` first, then one per distinct
-    kernel (compiled and cached separately: see cc.compile_units); and its buffer layout."""
+    kernel as (prelude, definition) (cached separately, compiled in batches: see
+    cc.compile_units); and its buffer layout."""
     gen = _Codegen(g)
     nodes = g.nodes
     inputs = tuple(i for i, n in enumerate(nodes) if n.op == "Input")
@@ -1009,7 +1011,7 @@ def generate(g: Kernels) -> tuple[tuple[str, ...], Layout]:
 
     any_blas = any(nodes[i].op == "Gemm" for i in order)
     dim_decls = "".join(f"  const int64_t D_{d} = dims[{k}];\n" for k, d in enumerate(g.dims))
-    units: dict[str, str] = {}  # kernel function name -> its translation unit
+    units: dict[str, tuple[str, str]] = {}  # kernel function name -> (prelude, definition)
     decls, calls = [], []
     for i in order:
         gen.args = {}
@@ -1025,7 +1027,8 @@ def generate(g: Kernels) -> tuple[tuple[str, ...], Layout]:
         name = "k_" + hashlib.sha256(text.encode()).hexdigest()[:20]
         if name not in units:
             head = BLAS if n.op == "Gemm" else ""
-            units[name] = head + PRELUDE + _IMOD + f"void {name}{text}"
+            # weak: batches of units compiled at once by two processes may overlap
+            units[name] = (head + PRELUDE + _IMOD, f"__attribute__((weak)) void {name}{text}")
             decls.append(f"void {name}{signature};")
         ptrs = [f"({storage(n.dtype)} *){slots[i]}"]
         ptrs += [f"(const {storage(nodes[j].dtype)} *){slots[j]}" for j in gen.args]
