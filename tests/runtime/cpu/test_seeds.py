@@ -43,13 +43,21 @@ def kernels(k: Kernels, shape: tuple) -> list[int]:
 
 def test_relu6_inlines_its_producers() -> None:
     """clamp's two MaxReduces over stacked pairs read their elementwise producers inline
-    (each stacked element is read once: no broadcast), and are read inline themselves
-    (short max reductions, EMaxReduce): one kernel, not four."""
+    (each stacked element is read once: no broadcast), and the inner one is read inline
+    by the outer (a stacked pair's guards are constants at each unrolled step: no padding
+    to carry): computed where the output is copied, then one kernel where a padded
+    convolution reads it, not four."""
     g = lumos.Graph()
     x = g.tensor((64, 32), lumos.f32, "x")
     lumos.clamp(lumos.clamp(x * 2 + 1, max=6.0), min=0.0).output()
     k = fused_seed(g)
-    assert [k.nodes[i].op for i in kernels(k, (64, 32))] == ["Map"]
+    assert kernels(k, (64, 32)) == [] and isinstance(k.bodies[k.outputs[0]], Reduce)
+    g = lumos.Graph()
+    x, w = g.tensor((2, 6, 5, 8), lumos.f32, "x"), g.tensor((8, 1, 3, 3), lumos.f32, "w")
+    conv2d(lumos.clamp(x * 2 + 1, 0.0, 6.0), w, padding=1, groups=8, channels_last=True).output()
+    k = fused_seed(g)
+    (relu6,) = kernels(k, (2, 6, 5, 8))  # both maxes and x * 2 + 1: one pass over x
+    assert {k.nodes[j].op for j in loads(k.bodies[relu6])} == {"Input", "Constant"}
 
 
 def test_padded_taps_stay_a_map() -> None:

@@ -406,12 +406,12 @@ def seeds(space: SearchSpace, env: Mapping[str, int]) -> tuple[Cost, Cost]:
         return 1 + sum(ops.get(space.classes[ch][0].children[0], 0) if inline(ch) else 0
                        for ch in n.children if space.classes[ch][0].op == "ELoad")
 
-    def body_padded(b: int) -> bool:
+    def body_padded(b: int, axis: int | None) -> bool:
         n = next(n for n in space.classes[b] if n.op != "ELoad" or len(space.classes[b]) == 1)
         if n.op == "ELoad":
-            return compose(n.fields[0], {}).valid is not ONE
+            return _guarded(compose(n.fields[0], {}), axis)
         loads = [ch for ch in n.children if space.classes[ch][0].op == "ELoad"]
-        return any(compose(space.classes[ch][0].fields[0], {}).valid is not ONE or
+        return any(_guarded(compose(space.classes[ch][0].fields[0], {}), axis) or
                    (inline(ch) and padded.get(space.classes[ch][0].children[0], False))
                    for ch in loads)
 
@@ -420,7 +420,7 @@ def seeds(space: SearchSpace, env: Mapping[str, int]) -> tuple[Cost, Cost]:
     for c, n in extract(space, baseline):  # producers before their readers
         if n.op in ("KMap", "KOutput") or n.op == "KMaxReduce" and n.children[0] in short:
             ops[c] = body_ops(n.children[0])
-            padded[c] = body_padded(n.children[0])
+            padded[c] = body_padded(n.children[0], n.fields[1] if n.op == "KMaxReduce" else None)
 
     def fused(blas: float) -> Cost:
         def cost(c: int, n: ENode) -> float:
@@ -431,6 +431,20 @@ def seeds(space: SearchSpace, env: Mapping[str, int]) -> tuple[Cost, Cost]:
             return 0.0
         return cost
     return fused(-1.0), fused(1.0)
+
+
+def _guarded(view: View, axis: int | None) -> bool:
+    """Whether a loop reading through `view` needs a guard: its validity is not 1, unless
+    the read is that of a short reduction along `axis` and its validity is a constant at
+    each position (a stacked pair: the unrolled steps read or skip)."""
+    if view.valid is ONE:
+        return False
+    e = view.shape[axis] if axis is not None else None
+    if e is None or not e.is_num or e.value > SHORT_AXIS:
+        return True
+    b = view.bounds()
+    return not all(v is ONE or v is ZERO for v in
+                   (simplify(view.valid.subs({f"z{axis}": k}), b) for k in range(e.value)))
 
 
 def _read_again(view: View, shape: Sequence[Expr], env: Mapping[str, int]) -> bool:
