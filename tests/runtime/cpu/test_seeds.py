@@ -86,3 +86,13 @@ def test_reductions_inline_where_read_once_in_order() -> None:
     out = k.outputs[0]
     assert k.nodes[relu].op == "MaxReduce"
     assert isinstance(k.bodies[out], Reduce) and loads(k.bodies[out]) == [relu]
+
+
+def test_a_reduction_read_as_a_scalar() -> None:
+    """A 0-d read of a short max reduction (relu's element 1) is read once: inlined, and
+    the seed's linearity test has no last axis to look at (it raised IndexError)."""
+    g = lumos.Graph()
+    x = g.tensor((4,), lumos.f32, "x")
+    (x.relu()[1] * 2).output()
+    k = fused_seed(g)
+    assert [n.op for n in k.nodes if n.op not in ("Input", "Constant")] == ["Output"]

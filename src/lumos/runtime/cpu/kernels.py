@@ -449,9 +449,9 @@ def _guarded(view: View, axis: int | None) -> bool:
 
 def _read_again(view: View, shape: Sequence[Expr], env: Mapping[str, int]) -> bool:
     """Whether `view` reads a buffer of `shape` more than once per element, or not linearly
-    with unit steps along its last axis."""
+    with unit steps along its last axis (a 0-d read has none)."""
     lin = _linear(view.index, [f"z{k}" for k in range(len(view.shape))])
-    return lin is None or lin[1][-1] is not ONE or math.prod(
+    return lin is None or bool(lin[1]) and lin[1][-1] is not ONE or math.prod(
         _numel((e,), env) for k, e in enumerate(view.shape)
         if not _once(view, k)) > _numel(shape, env)
 
