@@ -129,8 +129,11 @@ def prepare(graph: Graph, env: Mapping[str, int], seed: int, sandbox: Sandbox) -
 def tune(graph: Graph, search: GeneticSearch, realize: Callable[[Genome], CompiledProgram],
          env: Mapping[str, int], sandbox: Sandbox,
          profiling: Callable[[], Profiling]) -> CompiledProgram:
-    """The fastest correct program `search` finds; `realize` compiles a genome."""
+    """The fastest correct program `search` finds; `realize` compiles a genome;
+    `profiling` gives the search's Profiling (called once, when the first candidate has
+    compiled)."""
     opts: CompileOptions = search.options
+    prepared: list[Profiling] = []
     dtypes = [graph.nodes[o].dtype for o in graph.outputs]
     programs: dict[tuple, CompiledProgram] = {}
 
@@ -144,7 +147,9 @@ def tune(graph: Graph, search: GeneticSearch, realize: Callable[[Genome], Compil
             warn(f"search candidate rejected: {str(e).splitlines()[0]}")
             log("search", f"candidate rejected: {str(e)[:4000]}")
             return Rejected(str(e))
-        key, data, want = (p := profiling()).key, p.data, p.want
+        if not prepared:
+            prepared.append(profiling())
+        key, data, want = prepared[0].key, prepared[0].data, prepared[0].want
         inputs = Stashed(key, program.layout.input_names)
         try:
             sandbox.put(key, data, timeout=120.0)
