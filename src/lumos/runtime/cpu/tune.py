@@ -112,18 +112,34 @@ class Profiling:
     data: dict[str, np.ndarray]
     want: list[np.ndarray]
 
+    def stash(self, sandbox: Sandbox) -> None:
+        """Both in the sandbox (again only if its worker was replaced): candidates are
+        checked there, so only a verdict crosses the pipe, not every output."""
+        sandbox.put(self.key, self.data, timeout=120.0)
+        sandbox.put(f"{self.key}/want", {"want": self.want}, timeout=120.0)
+
+
+def differs(program: CompiledProgram, inputs: Sequence[np.ndarray], env: Mapping[str, int],
+            want: Sequence[list[np.ndarray]], dtypes: Sequence[DType]) -> int | None:
+    """Runs in the sandbox: the first output of `program` that does not match the
+    oracle's (`want[0]`), or None."""
+    got = program(inputs, env)
+    return next((k for k, (a, w, dt) in enumerate(zip(got, want[0], dtypes, strict=True))
+                 if not matches(a, w, dt)), None)
+
 
 def prepare(graph: Graph, env: Mapping[str, int], seed: int, sandbox: Sandbox) -> Profiling:
     """Profiling inputs at `env`, the oracle's outputs, and the inputs stashed in the
     sandbox (a worker that fails to start here is started again, and reported, by the
     first candidate's run)."""
     data = profiling_inputs(graph, env, seed)
-    key = f"inputs-{next(_SEARCHES)}"  # the sandbox holds them for the whole search
+    # the sandbox holds them for the whole search
+    profiling = Profiling(f"inputs-{next(_SEARCHES)}", data, run_hlir(graph, data, dict(env)))
     try:
-        sandbox.put(key, data, timeout=120.0)
+        profiling.stash(sandbox)
     except CandidateError:
         pass
-    return Profiling(key, data, run_hlir(graph, data, dict(env)))
+    return profiling
 
 
 def tune(graph: Graph, search: GeneticSearch, realize: Callable[[Genome], CompiledProgram],
@@ -149,16 +165,16 @@ def tune(graph: Graph, search: GeneticSearch, realize: Callable[[Genome], Compil
             return Rejected(str(e))
         if not prepared:
             prepared.append(profiling())
-        key, data, want = prepared[0].key, prepared[0].data, prepared[0].want
-        inputs = Stashed(key, program.layout.input_names)
+        p = prepared[0]
+        inputs = Stashed(p.key, program.layout.input_names)
         try:
-            sandbox.put(key, data, timeout=120.0)
-            got = sandbox.run(program, inputs, dict(env), timeout=opts.execution_timeout)
-            for k, (a, w, dt) in enumerate(zip(got, want, dtypes, strict=True)):
-                if not matches(a, w, dt):
-                    log("search", f"candidate output {k} differs from the reference "
-                                  f"(source {program.source})")
-                    return Invalid(f"output {k} differs from the reference")
+            p.stash(sandbox)
+            k = sandbox.run(differs, program, inputs, dict(env), Stashed(f"{p.key}/want", ["want"]),
+                            dtypes, timeout=opts.execution_timeout)
+            if k is not None:
+                log("search", f"candidate output {k} differs from the reference "
+                              f"(source {program.source})")
+                return Invalid(f"output {k} differs from the reference")
             runs = opts.trials + 1
             limit = None if opts.execution_timeout is None else opts.execution_timeout * runs
             best = search.best()
