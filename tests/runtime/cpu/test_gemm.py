@@ -13,7 +13,7 @@ import lumos
 from lumos.egraph import build_spaces
 from lumos.runtime.cpu import CpuRuntime, build
 from lumos.runtime.cpu import program as program_module
-from lumos.runtime.cpu.kernels import RULES, cpu_space, from_genome, gemm
+from lumos.runtime.cpu.kernels import RULES, cpu_space, from_genome, gemm, seeds
 from lumos.runtime.cpu.tune import matches, profiling_inputs
 from lumos.runtime.reference import run_hlir
 from lumos.search import CompileOptions, Genomes
@@ -60,6 +60,8 @@ CASES = {  # name: (graph builder, whether a Gemm genome exists)
     "split_columns_transposed_b": (lambda g: lumos.linear(g.tensor((9, 64), lumos.f32, "x"),
                                                           g.tensor((300, 64), lumos.f32, "w")),
                                    True),
+    "parallel_rows": (lambda g: g.tensor((600, 64), lumos.f32, "a")  # row blocks on threads
+                      @ g.tensor((64, 100), lumos.f32, "b"), True),
     "f64": (lambda g: g.tensor((12, 20), lumos.f64, "a") @ g.tensor((20, 7), lumos.f64,
                                                                     "b"), False),
     "strided_k": (lambda g: g.tensor((12, 40), lumos.f32, "a")[:, ::2]
@@ -135,3 +137,65 @@ def test_the_blas_seed_of_a_256_matmul_is_sgemm(monkeypatch: pytest.MonkeyPatch)
     prog.set_data(b, y)
     prog.execute()
     np.testing.assert_allclose(prog.get(c), x @ y, rtol=1e-4, atol=1e-4)
+
+
+# -- a product run by the kernel reading it (lower_cpu.egg's EGemm, kernels.Tile) -----------
+
+READERS = {  # name: (reader of the product y, whether codegen runs it in row blocks)
+    "bias_relu6": (lambda y: lumos.clamp(y + y.graph.tensor((y.shape[-1],), lumos.f32,
+                                                             "bias"), 0.0, 6.0), True),
+    "row_sum": (lambda y: y.sum(-1), False),  # reads a row per output: the product first
+}
+TILED = ("matmul", "linear", "symbolic_rows", "split_rows", "split_rows_transposed_a",
+         "split_columns_transposed_b", "sliced_rows", "parallel_rows")
+
+
+def tiled_program(make, reader) -> tuple[lumos.Graph, str, list]:
+    """The genome reading every product through its reader's EGemm, built and run on the
+    profiling inputs against the oracle; the source and its kernel nodes."""
+    g, space = space_and_graph(lambda g: reader(make(g)))
+    assert any(n.op == "EGemm" for alts in space.classes for n in alts)
+    genome = Genomes(space).preferring(lambda c, n: -float(n.op == "EGemm"), random.Random(0))
+    kernels = from_genome(space, genome, g.dims)
+    program = build(kernels)
+    data = profiling_inputs(g, ENV, 0)
+    got = program([data[n] for n in program.layout.input_names], ENV)
+    for a, w, o in zip(got, run_hlir(g, data, ENV), g.outputs, strict=True):
+        assert matches(a, w, g.nodes[o].dtype)
+    return g, program.source.read_text(), kernels.nodes
+
+
+@pytest.mark.parametrize("reader", READERS)
+@pytest.mark.parametrize("name", [n for n in CASES if n in TILED or n in BATCH_LEFT])
+def test_a_product_run_by_its_reader_matches_the_oracle(name: str, reader: str) -> None:
+    """In row blocks where its reader is elementwise and its rows are the output's
+    leading axes (lumos_tile: no Gemm kernel, no buffer for the product); else the product
+    whole into a scratch buffer just before the reader's loops (a batch of products, a
+    reader of whole rows)."""
+    make, row_blocks = READERS[reader]
+    _, source, nodes = tiled_program(CASES[name][0], make)
+    assert not any(n.op == "Gemm" for n in nodes)
+    blocks = row_blocks and BATCH_LEFT.get(name, 0) == 0
+    assert ("t0 = lumos_tile(0, R" in source) == blocks
+    assert ("t0 = (float *)malloc(" in source) != blocks
+
+
+def test_a_transposed_read_of_a_product_is_no_tile() -> None:
+    _, space = space_and_graph(lambda g: (g.tensor((12, 20), lumos.f32, "a")
+                                          @ g.tensor((20, 7), lumos.f32, "b")).T + 1.0)
+    assert not any(n.op == "EGemm" for alts in space.classes for n in alts)
+
+
+def test_the_blas_seed_runs_a_large_product_in_its_reader() -> None:
+    """8 MiB of result read by one elementwise kernel: the BLAS seed picks EGemm (not below:
+    kernels.TILE_MIN_BYTES; nor for a batch of products, which would run whole first)."""
+    for batch, rows, tiled in ((1, 2048, True), (1, 1024, False), (8, 256, False)):
+        g = lumos.Graph()
+        x = g.tensor((batch, rows, 64), lumos.f32, "x")
+        w = g.tensor((batch, 64, 1024), lumos.f32, "w")
+        lumos.relu(x @ w).output()
+        (space,) = build_spaces(g, [{}], RULES)
+        space = cpu_space(space)
+        genome = Genomes(space).preferring(seeds(space, {})[0], random.Random(0))
+        chosen = [space.classes[c][i].op for c, i in genome.items()]
+        assert ("EGemm" in chosen) == tiled and ("KGemm" in chosen) != tiled

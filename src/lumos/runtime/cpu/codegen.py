@@ -41,14 +41,18 @@ from lumos.runtime.cpu.kernels import (
     Load,
     Matrix,
     Reduce,
+    Tile,
     body_loads,
     gemm,
+    tiles,
 )
 from lumos.shape import Expr, Num, Var, View, simplify, z
 from lumos.shape.expr import ONE, ZERO
 from lumos.shape.view import numel
 
 BLOCK = 2048  # innermost-axis elements per parallel task (at most PRELUDE's lumos_zero_row)
+TILE_FLOATS = 24576  # a row block of a product run by its reader (Tile): 96 KiB, in L2
+TILES = 4  # products one kernel may run in row blocks (more: each whole, first)
 PARALLEL_MIN = 1 << 15  # below this many elements of work a kernel runs on one thread
 # a long reduction's outputs go to threads in blocks this small, so that a matrix-vector
 # product's few hundred outputs still spread over every core
@@ -116,6 +120,7 @@ double sin(double);
 /* zeros to read a block of an output loop from where a guard reads nothing (see read) */
 static const int64_t lumos_zero_row[2048] __attribute__((aligned(64))); /* BLOCK */
 
+#define LUMOS_TILES @TILES@
 extern int lumos_nt; /* the thread count, set by the driver's lumos_set_threads */
 static inline int lumos_threads(void) { return lumos_nt > 0 ? lumos_nt : omp_get_max_threads(); }
 #ifdef LUMOS_BLAS
@@ -145,6 +150,20 @@ static inline void lumos_sgemm(int ta, int tb, blasint m, blasint n, blasint k,
                         b + (tb ? (int64_t)c0 * ldb : (int64_t)c0), ldb, 0.0f,
                         c + (int64_t)r0 * ldc + c0, ldc);
   }
+}
+#include <stdlib.h>
+/* a thread's scratch for the row blocks of products run by the kernels reading them
+   (kernels.Tile), one per product of a kernel: grown as needed, kept for the next call */
+static __thread float *lumos_tile_p[LUMOS_TILES];
+static __thread int64_t lumos_tile_n[LUMOS_TILES];
+static inline float *lumos_tile(int j, int64_t n) {
+  if (n > lumos_tile_n[j]) {
+    free(lumos_tile_p[j]);
+    lumos_tile_p[j] = (float *)malloc((size_t)n * sizeof(float));
+    if (!lumos_tile_p[j]) abort(); /* (a few hundred KiB a thread; the whole product at most) */
+    lumos_tile_n[j] = n;
+  }
+  return lumos_tile_p[j];
 }
 #endif
 
@@ -216,7 +235,7 @@ static inline uint16_t lumos_f64_f16(double x) { /* round to nearest even, once 
   memcpy(&v, &a, 8);
   return (uint16_t)(s | (uint16_t)((v * 0x1p24 + 0x1p52) - 0x1p52)); /* subnormal units */
 }
-"""
+""".replace("@TILES@", str(TILES))
 
 DRIVER = r"""int lumos_nt = 0;
 void lumos_set_threads(int n) {
@@ -398,6 +417,9 @@ class _Codegen:
         self.args: dict[int, str] = {}  # per kernel: producer node -> parameter name
         self._count = 0
         self._unsigned_zero: set[str] = set()  # per kernel: float values never -0
+        self.tiles: dict[Node, int] = {}  # per kernel: the products it runs (Tile) -> number
+        self.tile_out: Expr = ZERO  # per kernel: its output's flat index
+        self.tile_rows = True  # per kernel: every Tile read is at the output's position
 
     def _name(self) -> str:
         self._count += 1
@@ -487,13 +509,85 @@ class _Codegen:
                          "num_threads(lumos_threads())")
         lines += [f"for (int64_t z{k} = 0; z{k} < {size[k]}; z{k}++)" for k in active[:-1]]
         before, loop, after = around or ([], "", [])
-        return lines + [
+        blocks = [
             f"for (int64_t zb = 0; zb < ({size[last]} + {block - 1}) / {block}; zb++) {{",
             f"const int64_t lo = zb * {block}, hi = LUMOS_MIN(lo + {block}, {size[last]});",
             *before, *([loop + " {"] if loop else []),
             *sc.decls, "#pragma omp simd" if loop else "#pragma GCC ivdep",  # outputs never
             f"for (int64_t {zl} = lo; {zl} < hi; {zl}++) {{", *inner, "}",  # alias inputs
             *(["}"] if loop else []), *after, "}"]  # (restrict is lost in omp)
+        if self.tiles:
+            return self.tiled(shape, active, bounds, blocks, work) or \
+                self.whole_products(lines + blocks)
+        return lines + blocks
+
+    def tiled(self, shape: tuple[Expr, ...], active: list[int], bounds: dict,
+              blocks: list[str], work: Expr | None) -> list[str] | None:
+        """The kernel's loops over row blocks of the products it runs (Tile): each thread
+        runs a block of rows of each product into its scratch (`lumos_tile`), then the
+        outputs at those rows. None where a read is not at the output's own position or
+        the products' rows are not the output's leading axes."""
+        c = lambda e: self.ren(e).to_c(bounds)  # noqa: E731
+        gms = [gemm(t.views, t.axis, self.g.dims) for t in self.tiles]
+        if not self.tile_rows or len(gms) > TILES:
+            return None
+        layouts = [gm for gm in gms if gm is not None and not gm.batch and
+                   simplify(gm.ldc - gm.n, bounds) is ZERO]
+        if len(layouts) < len(gms):
+            return None
+        m, n = layouts[0].m, layouts[0].n
+        if any(simplify(gm.m - m, bounds) is not ZERO or simplify(gm.n - n, bounds) is not ZERO
+               for gm in layouts):
+            return None
+        size = lambda axes: numel(tuple(shape[k] for k in axes))  # noqa: E731
+        split = next((t for t in range(len(active))
+                      if simplify(size(active[t:]) - n, bounds) is ZERO), None)
+        if split is None or simplify(size(active[:split]) - m, bounds) is not ZERO:
+            return None
+        lead, mid = active[:split], active[split:-1]
+
+        def ld(mat: Matrix, width: Expr) -> str:
+            return f"(blasint)LUMOS_MAX(LUMOS_MAX({c(mat.ld)}, {c(width)}), 1)"
+        trans = lambda mat: "CblasTrans" if mat.trans else "CblasNoTrans"  # noqa: E731
+        calls = []
+        for j, (t, gm) in enumerate(zip(self.tiles, layouts, strict=True)):
+            a, b = gm.a, gm.b
+            rows = "r0" if a.trans else f"r0 * {c(a.ld)}"
+            calls.append(
+                f"scipy_cblas_sgemm(CblasRowMajor, {trans(a)}, {trans(b)}, (blasint)(r1 - r0), "
+                f"(blasint){c(n)}, (blasint){c(gm.k)}, 1.0f, "
+                f"{self.arg(t.inputs[a.input])} + {c(a.offset)} + {rows}, "
+                f"{ld(a, m if a.trans else gm.k)}, {self.arg(t.inputs[b.input])} + "
+                f"{c(b.offset)}, {ld(b, gm.k if b.trans else n)}, 0.0f, t{j}, "
+                f"(blasint)LUMOS_MAX({c(n)}, 1));")
+        w = None if work is None else self.ren(work)
+        par = [] if w is None or (w.is_num and w.value < PARALLEL_MIN) else \
+            [f"#pragma omp parallel if({w.to_c()} >= {PARALLEL_MIN}) num_threads(lumos_threads())"]
+        return [*par, "{",
+                f"const int64_t R = LUMOS_MAX(1, LUMOS_MIN({TILE_FLOATS} / LUMOS_MAX({c(n)}, 1), "
+                f"({c(m)} + lumos_threads() - 1) / lumos_threads()));",
+                *[f"float *restrict t{j} = lumos_tile({j}, R * {c(n)});"
+                  for j in range(len(gms))],
+                *(["#pragma omp for schedule(static)"] if par else []),
+                f"for (int64_t zc = 0; zc < ({c(m)} + R - 1) / R; zc++) {{",
+                f"const int64_t r0 = zc * R, r1 = LUMOS_MIN(r0 + R, {c(m)}), tb = r0 * {c(n)};",
+                *calls,
+                "for (int64_t zq = r0; zq < r1; zq++) {",
+                *[f"const int64_t z{k} = zq / {c(size(lead[p + 1:]))} % {c(shape[k])};"
+                  for p, k in enumerate(lead)],
+                *[f"for (int64_t z{k} = 0; z{k} < {c(shape[k])}; z{k}++)" for k in mid],
+                *blocks, "}", "}", "}"]
+
+    def whole_products(self, lines: list[str]) -> list[str]:
+        """The kernel's loops after each product it reads (Tile) is run whole into a
+        buffer of its own (a read elsewhere than at the output's position)."""
+        head, tail = [], []
+        for t, j in self.tiles.items():
+            head += [f"float *restrict t{j} = (float *)malloc("
+                     f"{self.ren(numel(t.shape)).to_c(self.dim_bounds)} * sizeof(float) + 1);",
+                     f"if (!t{j}) abort();", *self.gemm(t, f"t{j}")]
+            tail.append(f"free(t{j});")
+        return ["{", *head, "const int64_t tb = 0;", *lines, *tail, "}"]
 
     # -- kernels -----------------------------------------------------------------
     def kernel(self, i: int) -> list[str]:
@@ -501,6 +595,10 @@ class _Codegen:
         n = self.g.nodes[i]
         shape = n.shape
         out_index = self.prep(View.contiguous(shape).index, shape)
+        b = self.g.bodies.get(i)
+        self.tiles = {t.gemm: j for j, t in enumerate(tiles(b))} if b is not None else {}
+        self.tile_out = simplify(out_index, self.bounds(shape))
+        self.tile_rows = True
         if n.op in ("SumReduce", "MaxReduce"):
             return self.reduce(n, self.g.bodies[i], out_index)
         if n.op == "Gemm":
@@ -530,6 +628,8 @@ class _Codegen:
         validity implies (their result is 0 unless these hold), dropped from the guards of
         constants (no memory is read, and the value only counts where they hold), so e.g.
         `x % 16` stays a constant divisor under padding."""
+        if isinstance(b, Tile):
+            return self.tile_read(b, m, shape, sc)
         if isinstance(b, Load):
             v = b.view
             index, valid = (simplify(self.prep(e.subs(m), shape), sc.bounds)
@@ -555,6 +655,18 @@ class _Codegen:
         name = done[id(b)] = self._name()
         stmts.append(f"const {value_type(b.dtype)} {name} = {load(b.dtype, x)};")
         return name
+
+    def tile_read(self, b: Tile, m: dict, shape: tuple[Expr, ...], sc: _Scope) -> str:
+        """A product's element from the block of it the kernel holds (`t<j>`, its rows
+        from `tb` on); notes whether the read is at the output's own position."""
+        index, valid = (simplify(self.prep(e.subs(m), shape), sc.bounds)
+                        for e in (b.view.index, b.view.valid))
+        if valid is ZERO:
+            return "0.0f"
+        if simplify(index - self.tile_out, sc.bounds) is not ZERO:
+            self.tile_rows = False
+        raw = f"t{self.tiles[b.gemm]}[{sc.index(index)} - tb]"
+        return raw if valid is ONE else f"({sc.pred(valid)} ? {raw} : 0.0f)"
 
     def compute(self, op: str, in_dt: DType, vals: list[str]) -> str:
         """A pointwise op on input values (C expressions of the inputs' value types)."""
@@ -622,6 +734,8 @@ class _Codegen:
         type this does not cover raises _Scalar (then the scalar loop is emitted): GCC
         picks one vector size per loop by its narrowest type, so a byte-matrix reduction
         of 16 lanes ran in 4-float registers; written as vectors it runs in 16-float ones."""
+        if isinstance(b, Tile):
+            raise _Scalar
         if isinstance(b, Load):
             n = self.g.nodes[b.src]
             v = b.view
@@ -820,7 +934,7 @@ class _Codegen:
                     lanes: int) -> tuple[str, str] | None:
         """The two vector factors of a reduction body that is a product valid everywhere
         (a dot product: accumulated with FMA), else None."""
-        if isinstance(b, Load) or b.op != "Mul" or \
+        if isinstance(b, Load | Tile) or b.op != "Mul" or \
                 simplify(self.prep(b.valid.subs(m), shape), sc.bounds) is not ONE:
             return None
         (x, _, xv), (y, _, yv) = (self.vector(a, m, shape, sc, stmts, done, lanes)
@@ -889,7 +1003,7 @@ class _Codegen:
                          store_out(tail_scope)), {"zr": (0, self.ren(length) - 1)},
                          OUTER_BLOCK)
 
-    def gemm(self, n: Node) -> list[str]:
+    def gemm(self, n: Node, out: str = "out") -> list[str]:
         """One lumos_sgemm (OpenBLAS) per batch index, in nested loops over the batch (the
         axes kernels.gemm could not merge into the rows): the threads take batch indices
         when there are at least as many, else each product is split among them."""
@@ -910,7 +1024,7 @@ class _Codegen:
                 f"(blasint){c(gm.n)}, (blasint){c(gm.k)}, "
                 f"{operand(a, gm.m if a.trans else gm.k)}, "
                 f"{operand(b, gm.k if b.trans else gm.n)}, "
-                f"out + {at(ZERO, gm.c_steps)}, (blasint)LUMOS_MAX({c(gm.ldc)}, 1));")
+                f"{out} + {at(ZERO, gm.c_steps)}, (blasint)LUMOS_MAX({c(gm.ldc)}, 1));")
         if not gm.batch:
             return [call]
         loops = [f"for (int64_t {v} = 0; {v} < {c(s)}; {v}++)" for v, s in zip(zs, gm.batch,
@@ -1009,7 +1123,8 @@ def generate(g: Kernels) -> tuple[tuple[Unit, ...], Layout]:
                     _whole(nodes[w].views[0], nodes[jd]) and last[jd] == pos[w]:
                 inplace.append((m, inputs.index(jd)))
 
-    any_blas = any(nodes[i].op == "Gemm" for i in order)
+    any_blas = any(nodes[i].op == "Gemm" or (i in g.bodies and tiles(g.bodies[i]))
+                   for i in order)
     dim_decls = "".join(f"  const int64_t D_{d} = dims[{k}];\n" for k, d in enumerate(g.dims))
     units: dict[str, tuple[str, str]] = {}  # kernel function name -> (prelude, definition)
     decls, calls = [], []
@@ -1026,7 +1141,7 @@ def generate(g: Kernels) -> tuple[tuple[Unit, ...], Layout]:
         # named by content: equal kernels (layers, other programs) share one compiled object
         name = "k_" + hashlib.sha256(text.encode()).hexdigest()[:20]
         if name not in units:
-            head = BLAS if n.op == "Gemm" else ""
+            head = BLAS if n.op == "Gemm" or gen.tiles else ""
             # weak: batches of units compiled at once by two processes may overlap
             units[name] = (head + PRELUDE + _IMOD, f"__attribute__((weak)) void {name}{text}")
             decls.append(f"void {name}{signature};")
