@@ -188,11 +188,13 @@ def test_a_transposed_read_of_a_product_is_no_tile() -> None:
 
 def test_the_blas_seed_runs_a_large_product_in_its_reader() -> None:
     """8 MiB of result read by one elementwise kernel: the BLAS seed picks EGemm (not below:
-    kernels.TILE_MIN_BYTES; nor for a batch of products, which would run whole first)."""
-    for batch, rows, tiled in ((1, 2048, True), (1, 1024, False), (8, 256, False)):
+    kernels.TILE_MIN_BYTES; nor with a right factor each row block would read again from
+    beyond L2: TILE_MAX_B_BYTES; nor for a batch of products, which would run whole)."""
+    for batch, rows, k, tiled in ((1, 2048, 64, True), (1, 1024, 64, False),
+                                  (1, 2048, 128, False), (8, 256, 64, False)):
         g = lumos.Graph()
-        x = g.tensor((batch, rows, 64), lumos.f32, "x")
-        w = g.tensor((batch, 64, 1024), lumos.f32, "w")
+        x = g.tensor((batch, rows, k), lumos.f32, "x")
+        w = g.tensor((batch, k, 1024), lumos.f32, "w")
         lumos.relu(x @ w).output()
         (space,) = build_spaces(g, [{}], RULES)
         space = cpu_space(space)

@@ -420,6 +420,9 @@ DUPLICATE_OPS = 4  # seeds: ops a producer with several readers may be recompute
 # harness of MobileNetV2's expansion products plus relu6: 100352x96 2.1 -> 1.4 ms,
 # 25088x144 0.69 -> 0.51 ms; 6272x192 0.45 -> 0.61 ms)
 TILE_MIN_BYTES = 8 << 20
+# ... and whose right factor (read again by every row block) stays in L2: a 44M Llama's
+# logits (512 x 32000) read again for each of 128 one-row blocks ran 5x slower
+TILE_MAX_B_BYTES = 256 << 10
 
 
 def seeds(space: SearchSpace, env: Mapping[str, int]) -> tuple[Cost, Cost]:
@@ -434,7 +437,7 @@ def seeds(space: SearchSpace, env: Mapping[str, int]) -> tuple[Cost, Cost]:
     Matrix products are BLAS calls or (second seed) the fused multiply-sum: the first is
     the faster on all but small products, so the second's timing is often cut short (see
     tune.timed). In the first, a large product read by one kernel (elementwise) is
-    computed by it in row blocks (EGemm, `TILE_MIN_BYTES`). `env` gives
+    computed by it in row blocks (EGemm, `TILE_MIN_BYTES`, `TILE_MAX_B_BYTES`). `env` gives
     the dims' sizes. The search times the seeds like any other candidate."""
     readers: dict[int, int] = {}  # producer class -> kernels reading its buffer (HLIR edges)
     for nodes in space.classes:
@@ -499,7 +502,8 @@ def seeds(space: SearchSpace, env: Mapping[str, int]) -> tuple[Cost, Cost]:
                 _numel(g.fields[1], env) * 4 < TILE_MIN_BYTES:
             return False
         gm = gemm(gemm_views(g, sizes), g.fields[2], sizes)  # one product, rows contiguous
-        return gm is not None and not gm.batch and simplify(gm.ldc - gm.n, sizes) is ZERO
+        return gm is not None and not gm.batch and simplify(gm.ldc - gm.n, sizes) is ZERO \
+            and _numel((gm.k, gm.n), env) * 4 <= TILE_MAX_B_BYTES
 
     def fused(blas: float) -> Cost:
         def cost(c: int, n: ENode) -> float:
