@@ -11,6 +11,7 @@ import pytest
 
 import lumos
 from lumos.egraph import build_spaces
+from lumos.nn.conv import conv2d
 from lumos.runtime.cpu import CpuRuntime, build
 from lumos.runtime.cpu import program as program_module
 from lumos.runtime.cpu.kernels import RULES, cpu_space, from_genome, gemm, seeds
@@ -201,3 +202,54 @@ def test_the_blas_seed_runs_a_large_product_in_its_reader() -> None:
         genome = Genomes(space).preferring(seeds(space, {})[0], random.Random(0))
         chosen = [space.classes[c][i].op for c, i in genome.items()]
         assert ("EGemm" in chosen) == tiled and ("KGemm" in chosen) != tiled
+
+
+# -- a product that computes a factor itself (lower_cpu.egg's KGemmPack, kernels.Pack) ----
+
+PACKED = {  # name: graph builder whose product's factor is computed by an elementwise kernel
+    # im2col (NCHW: B, one product per image; NHWC, strided: A, the pixels its rows)
+    "conv_nchw": lambda g: conv2d(g.tensor((2, 3, 10, 12), lumos.f32, "x"),
+                                  g.tensor((4, 3, 3, 3), lumos.f32, "w"), padding=1),
+    "conv_nhwc_strided": lambda g: conv2d(g.tensor((2, 10, 12, 3), lumos.f32, "x"),
+                                          g.tensor((4, 3, 3, 3), lumos.f32, "w"), padding=1,
+                                          stride=2, channels_last=True),
+    "transposed_a": lambda g: (g.tensor((20, 12), lumos.f32, "a") * 2.0).T
+    @ g.tensor((20, 7), lumos.f32, "b"),
+    "transposed_b": lambda g: g.tensor((12, 20), lumos.f32, "a")
+    @ (g.tensor((7, 20), lumos.f32, "b") + 1.0).T,
+    "symbolic_rows": lambda g: g.tensor(("b", "s", 20), lumos.f32, "a").exp()
+    @ g.tensor((20, 7), lumos.f32, "b"),
+    "blocks_on_threads": lambda g: g.tensor((16, 300), lumos.f32, "a")  # blocks of 873
+    @ (g.tensor((300, 2000), lumos.f32, "b") * 0.5),  # columns (1 MiB) on the threads
+}
+
+
+@pytest.mark.parametrize("name", PACKED)
+def test_a_product_that_packs_its_factor_matches_the_oracle(name: str) -> None:
+    g, space = space_and_graph(PACKED[name])
+    inline = lambda n: n.op.startswith("E") and n.op not in ("ELoad", "EGemm")  # noqa: E731
+    genome = Genomes(space).preferring(lambda c, n: -float(n.op == "KGemmPack" or inline(n)),
+                                       random.Random(0))
+    kernels = from_genome(space, genome, g.dims)
+    (pack,) = kernels.packs.values()  # and no kernel stores the factor
+    assert not any(n.op == "Map" and n.shape == pack.shape for n in kernels.nodes)
+    program = build(kernels)
+    assert "t0 = lumos_tile(0, S" in program.source.read_text()
+    data = profiling_inputs(g, ENV, 0)
+    got = program([data[n] for n in program.layout.input_names], ENV)
+    for a, w, o in zip(got, run_hlir(g, data, ENV), g.outputs, strict=True):
+        assert matches(a, w, g.nodes[o].dtype)
+
+
+def test_the_blas_seed_packs_a_large_im2col() -> None:
+    """A copy of 4 MiB or more read only by a product (kernels.PACK_MIN_BYTES)."""
+    for batch, packs in ((1, True), (8, True), (None, False)):
+        g = lumos.Graph()
+        x = g.tensor((batch or 1, 32, 112 if batch else 32, 112 if batch else 32), lumos.f32,
+                     "x")
+        conv2d(x, g.tensor((64, 32, 3, 3), lumos.f32, "w"), padding=1).output()
+        (space,) = build_spaces(g, [{}], RULES)
+        space = cpu_space(space)
+        genome = Genomes(space).preferring(seeds(space, {})[0], random.Random(0))
+        chosen = [space.classes[c][i].op for c, i in genome.items()]
+        assert ("KGemmPack" in chosen) == packs and ("KGemm" in chosen) != packs

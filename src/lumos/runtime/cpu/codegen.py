@@ -40,10 +40,12 @@ from lumos.runtime.cpu.kernels import (
     Kernels,
     Load,
     Matrix,
+    Pack,
     Reduce,
     Tile,
     body_loads,
     gemm,
+    packing,
     tiles,
 )
 from lumos.shape import Expr, Num, Var, View, simplify, z
@@ -53,6 +55,8 @@ from lumos.shape.view import numel
 BLOCK = 2048  # innermost-axis elements per parallel task (at most PRELUDE's lumos_zero_row)
 TILE_FLOATS = 24576  # a row block of a product run by its reader (Tile): 96 KiB, in L2
 TILES = 4  # products one kernel may run in row blocks (more: each whole, first)
+PACK_FLOATS = 262144  # a block of a factor a product packs itself (Pack): 1 MiB, about L2
+PACK_MIN_WIDTH = 256  # ... but at least this many of its M or N (narrower products are slow)
 PARALLEL_MIN = 1 << 15  # below this many elements of work a kernel runs on one thread
 # a long reduction's outputs go to threads in blocks this small, so that a matrix-vector
 # product's few hundred outputs still spread over every core
@@ -602,7 +606,7 @@ class _Codegen:
         if n.op in ("SumReduce", "MaxReduce"):
             return self.reduce(n, self.g.bodies[i], out_index)
         if n.op == "Gemm":
-            return self.gemm(n)
+            return self.gemm_pack(n, self.g.packs[i]) if i in self.g.packs else self.gemm(n)
         if n.op == "Gather":
             return self.gather(n, out_index)
         if n.op == "Scatter":
@@ -1032,6 +1036,85 @@ class _Codegen:
         count = c(numel(gm.batch))
         return [f"#pragma omp parallel for collapse({len(zs)}) if({count} >= lumos_threads()) "
                 "num_threads(lumos_threads())", *loops, call]
+
+    def gemm_pack(self, n: Node, pack: Pack) -> list[str]:
+        """A product one of whose factors it computes itself (kernels.Pack): the threads
+        take (batch index, block) pairs; each evaluates the factor's body over a block of
+        its M (A) or N (B) axis into its scratch (`lumos_tile`), then multiplies that
+        block with OpenBLAS (single-threaded) into its part of the output."""
+        assert n.axis is not None
+        bounds = self.dim_bounds
+        gm = gemm(n.views, n.axis, self.g.dims)
+        assert gm is not None, "a Gemm node without a BLAS layout"
+        pk = packing(gm, pack.side, pack.shape, self.g.dims)
+        assert pk is not None, "a packed factor that is not one dense matrix"
+        c = lambda e: self.ren(e).to_c(bounds)  # noqa: E731
+        shape = pack.shape
+        mat, other = (gm.a, gm.b) if gm.a.input == pack.side else (gm.b, gm.a)
+        is_a = mat is gm.a
+        group = pk.rows if pk.chunk_rows else pk.cols  # the blocked (M or N) axes
+        lead, rest = group[0], numel(tuple(shape[k] for k in group[1:]))
+        flat = lambda axes: sum((Var(f"z{k}") * numel(tuple(shape[j] for j in axes[p + 1:]))  # noqa: E731
+                                 for p, k in enumerate(axes)), ZERO)
+        q0 = Var("q0")
+        if pk.chunk_rows:  # the block: rows from q0 * rest on, all columns
+            width = numel(tuple(shape[k] for k in pk.cols))
+            at = (flat(pk.rows) - q0 * rest) * width + flat(pk.cols)
+        else:  # all rows, columns from q0 * rest on: a matrix `pc` wide
+            at = flat(pk.rows) * Var("pc") + flat(pk.cols) - q0 * rest
+        loops = [k for k in range(len(shape)) if k != pk.batch and shape[k] is not ONE]
+        inner = loops[-1]
+        sc = _Scope(f"z{inner}", self.bounds(shape) | {"q0": (0, self.ren(shape[lead]) - 1),
+                                                       "pc": (1, None)}, self._name)
+        stmts: list[str] = []
+        value = self.value(pack.body, {}, shape, sc, stmts, {}, root=True)
+        target = sc.index(simplify(self.prep(at, shape), sc.bounds))
+        fill = [f"for (int64_t z{k} = {'q0' if k == lead else 0}; "
+                f"z{k} < {'q1' if k == lead else c(shape[k])}; z{k}++)" for k in loops[:-1]]
+        lo, hi = ("q0", "q1") if inner == lead else ("0", c(shape[inner]))
+        fill += [f"for (int64_t zb = 0; zb < ({hi} - {lo} + {BLOCK - 1}) / {BLOCK}; zb++) {{",
+                 f"const int64_t lo = {lo} + zb * {BLOCK}, hi = LUMOS_MIN(lo + {BLOCK}, {hi});",
+                 *sc.decls, "#pragma GCC ivdep",
+                 f"for (int64_t z{inner} = lo; z{inner} < hi; z{inner}++) {{", *stmts,
+                 f"t0[{target}] = {value};", "}", "}"]
+        k = c(gm.k)
+        blocked = f"(q1 - q0) * {c(rest)}"  # rows (A) or columns (B) of this block
+        start = f"q0 * {c(rest)}"
+        step = lambda mat: f" + zg * {c(mat.steps[0])}" if gm.batch else ""  # noqa: E731
+        optr = f"{self.arg(n.inputs[0])} + {c(other.offset)}{step(other)}"
+
+        def ld(mat: Matrix, width: Expr) -> str:
+            return f"(blasint)LUMOS_MAX(LUMOS_MAX({c(mat.ld)}, {c(width)}), 1)"
+        tr = lambda mat: "CblasTrans" if mat.trans else "CblasNoTrans"  # noqa: E731
+        cout = f"out + zg * {c(gm.c_steps[0])}" if gm.batch else "out"
+        if is_a:  # the block's rows of C, all its columns
+            own_ld = f"(blasint)LUMOS_MAX({blocked if mat.trans else k}, 1)"
+            call = (f"scipy_cblas_sgemm(CblasRowMajor, {tr(mat)}, {tr(other)}, "
+                    f"(blasint)({blocked}), (blasint){c(gm.n)}, (blasint){k}, 1.0f, t0, {own_ld}, "
+                    f"{optr}, {ld(other, gm.k if other.trans else gm.n)}, 0.0f, "
+                    f"{cout} + {start} * {c(gm.ldc)}, (blasint)LUMOS_MAX({c(gm.ldc)}, 1));")
+        else:  # all rows of C, the block's columns
+            own_ld = f"(blasint)LUMOS_MAX({k if mat.trans else blocked}, 1)"
+            call = (f"scipy_cblas_sgemm(CblasRowMajor, {tr(other)}, {tr(mat)}, "
+                    f"(blasint){c(gm.m)}, (blasint)({blocked}), (blasint){k}, 1.0f, "
+                    f"{optr}, {ld(other, gm.m if other.trans else gm.k)}, t0, {own_ld}, 0.0f, "
+                    f"{cout} + {start}, (blasint)LUMOS_MAX({c(gm.ldc)}, 1));")
+        batches = c(gm.batch[0]) if gm.batch else "1"
+        size = c(shape[lead])
+        work = self.ren(gm.m * gm.n * gm.k * (gm.batch[0] if gm.batch else ONE)).to_c(bounds)
+        return [
+            f"const int64_t S = LUMOS_MIN(LUMOS_MAX(LUMOS_MAX({PACK_FLOATS} / LUMOS_MAX({k} * "
+            f"{c(rest)}, 1), ({PACK_MIN_WIDTH} + {c(rest)} - 1) / {c(rest)}), 1), {size});",
+            f"const int64_t NQ = ({size} + S - 1) / S;",
+            f"#pragma omp parallel if({work} >= 131072) num_threads(lumos_threads())", "{",
+            f"float *restrict t0 = lumos_tile(0, S * {c(rest)} * LUMOS_MAX({k}, 1));",
+            "#pragma omp for schedule(static)",
+            f"for (int64_t zc = 0; zc < {batches} * NQ; zc++) {{",
+            "const int64_t zg = zc / NQ, q0 = zc % NQ * S, q1 = LUMOS_MIN(q0 + S, "
+            f"{size});",
+            *([f"const int64_t z{pk.batch} = zg;"] if pk.batch is not None else []),
+            *([] if pk.chunk_rows else [f"const int64_t pc = {blocked};"]), *fill, call,
+            "}", "}"]
 
     def gather(self, n: Node, out_index: Expr) -> list[str]:
         (ji, jd), (vi, vd) = n.inputs, n.views

@@ -40,8 +40,8 @@ LOWER = CORE + Rules.files(Path(__file__).with_name("lower_cpu.egg"),
 RULES = LOWER + Rules((), (Stage(bounded=("fuse",), rounds=FUSE_ROUNDS),))  # with fusion
 ELEMENTWISE = (*UNARY, *BINARY, "Cast")
 EXECUTABLE = frozenset({"Root", "Input", "Constant", "Iota", "Gather", "Scatter", "KMap",
-                        "KSumReduce", "KMaxReduce", "KOutput", "KGemm", "ELoad", "EMaxReduce",
-                        "EGemm", *(f"E{op}" for op in ELEMENTWISE)})
+                        "KSumReduce", "KMaxReduce", "KOutput", "KGemm", "KGemmPack", "ELoad",
+                        "EMaxReduce", "EGemm", *(f"E{op}" for op in ELEMENTWISE)})
 SHORT_AXIS = 16  # an inlined max reduction's axis: a constant length up to this
 
 
@@ -96,6 +96,16 @@ class Tile:
 
 
 Body = Load | Apply | Reduce | Tile
+
+
+@dataclass(frozen=True)
+class Pack:
+    """A Gemm's factor `side` (0: A, 1: B) computed by the Gemm itself from `body` (a body
+    over the factor's `shape`, as the elementwise kernel that would store it), block by
+    block into scratch just before each block's product: an im2col copy never stored."""
+    side: int
+    body: Body
+    shape: tuple[Expr, ...]
 
 
 @dataclass(frozen=True)
@@ -199,10 +209,64 @@ def _merge_rows(g: Gemm) -> Gemm:
     return g
 
 
+def gemm_fields(n: ENode) -> tuple:
+    """(shape, axis, sum view, a view, b view) of a KGemm, KGemmPack or EGemm e-node."""
+    return n.fields[1:6] if n.op == "EGemm" else n.fields[:5]
+
+
 def gemm_views(n: ENode, bounds: Mapping) -> tuple[View, View]:
-    """A KGemm (or EGemm) e-node's two factors as views over the summed product's shape."""
-    v, va, vb = n.fields[-3:]
+    """A KGemm (KGemmPack, EGemm) e-node's two factors as views over the summed product's
+    shape."""
+    _, _, v, va, vb = gemm_fields(n)
     return compose(("Then", va, ("Top", v)), bounds), compose(("Then", vb, ("Top", v)), bounds)
+
+
+@dataclass(frozen=True)
+class Packing:
+    """Where a packed factor's matrix lies in its shape (row-major, dense): the axis of
+    the product's batch (if any), the axes of its memory rows and of its columns, and
+    whether blocks are taken along the rows (else the columns): along M for A, N for B."""
+    batch: int | None
+    rows: tuple[int, ...]
+    cols: tuple[int, ...]
+    chunk_rows: bool
+
+
+def packing(gm: Gemm, side: int, shape: Sequence[Expr], bounds: Mapping) -> Packing | None:
+    """The Packing of factor `side` of `gm` over its `shape`, if its matrix is the whole
+    of that shape (at most one batch axis, the leading one), else None."""
+    mat = gm.a if gm.a.input == side else gm.b
+    is_a = mat is gm.a
+    if mat.offset is not ZERO or len(gm.batch) > 1:
+        return None
+    if is_a:
+        rows_n, cols_n = (gm.k, gm.m) if mat.trans else (gm.m, gm.k)
+    else:
+        rows_n, cols_n = (gm.n, gm.k) if mat.trans else (gm.k, gm.n)
+    if simplify(mat.ld - cols_n, bounds) is not ZERO:
+        return None
+    axes = [k for k, e in enumerate(shape) if e is not ONE]
+
+    def group(size: Expr) -> tuple[int, ...] | None:  # trailing axes of `axes` of that size
+        taken, n = [], ONE
+        while simplify(n - size, bounds) is not ZERO:
+            if not axes:
+                return None
+            taken.insert(0, axes.pop())
+            n = n * shape[taken[0]]
+        return tuple(taken)
+    cols, rows = group(cols_n), group(rows_n)
+    if cols is None or rows is None:
+        return None
+    chunk_rows = is_a != mat.trans
+    if not (rows if chunk_rows else cols):
+        return None
+    if not gm.batch:
+        return Packing(None, rows, cols, chunk_rows) if not axes else None
+    if len(axes) != 1 or simplify(shape[axes[0]] - gm.batch[0], bounds) is not ZERO or \
+            simplify(mat.steps[0] - rows_n * cols_n, bounds) is not ZERO:
+        return None
+    return Packing(axes[0], rows, cols, chunk_rows)
 
 
 def _elementwise(view: View) -> bool:
@@ -234,6 +298,7 @@ class Kernels:
     nodes: list[Node] = field(default_factory=list)
     outputs: list[int] = field(default_factory=list)
     bodies: dict[int, Body] = field(default_factory=dict)
+    packs: dict[int, Pack] = field(default_factory=dict)  # Gemm node -> its packed factor
 
     def add(self, node: Node, body: Body | None = None) -> int:
         if body is not None:
@@ -245,6 +310,10 @@ class Kernels:
 
     def dtype(self, b: Body) -> DType:
         return self.nodes[b.src].dtype if isinstance(b, Load) else b.dtype
+
+    def count(self) -> int:
+        """Number of kernels (loops over memory) the program runs."""
+        return sum(n.op not in ("Input", "Constant") for n in self.nodes)
 
 
 def tiles(b: Body) -> list[Tile]:
@@ -261,10 +330,6 @@ def tiles(b: Body) -> list[Tile]:
         elif not isinstance(x, Load):
             stack.extend(reversed(x.args))
     return list(out.values())
-
-    def count(self) -> int:
-        """Number of kernels (loops over memory) the program runs."""
-        return sum(n.op not in ("Input", "Constant") for n in self.nodes)
 
 
 def body_loads(b: Body) -> list[Load]:
@@ -311,6 +376,9 @@ def cpu_space(space: SearchSpace, bounds: Mapping | None = None) -> SearchSpace:
     def ok(n: ENode) -> bool:
         if n.op == "KGemm":
             return gemm(gemm_views(n, b), n.fields[1], b) is not None
+        if n.op == "KGemmPack":
+            gm = gemm(gemm_views(n, b), n.fields[1], b)
+            return gm is not None and packing(gm, n.fields[5], n.fields[6], b) is not None
         if n.op == "EGemm":
             return gemm(gemm_views(n, b), n.fields[2], b) is not None and \
                 _elementwise(compose(n.fields[0], b))
@@ -321,7 +389,7 @@ def cpu_space(space: SearchSpace, bounds: Mapping | None = None) -> SearchSpace:
     s = SearchSpace([[n for n in c if ok(n)] for c in space.classes], space.root,
                     space.class_keys)
     s = restrict(s, EXECUTABLE, "cpu")
-    later = lambda n: n.op == "KGemm" or n.op.startswith("E") and n.op != "ELoad"  # noqa: E731
+    later = lambda n: n.op.startswith("KGemm") or n.op.startswith("E") and n.op != "ELoad"  # noqa: E731
     return SearchSpace([sorted(c, key=later) for c in s.classes], s.root, s.class_keys)
 
 
@@ -390,6 +458,13 @@ def from_genome(space: SearchSpace, choice: Mapping[int, int] | Sequence[int],
             built[c] = k.add(Node("Gemm", tuple(built[a] for a in n.children),
                                   gemm_views(n, bounds), f[0], k.nodes[built[n.children[0]]].dtype,
                                   axis=f[1]))
+        elif n.op == "KGemmPack":  # inputs: the other factor, then what the packed one reads
+            side = f[5]
+            packed = body(n.children[side])
+            other = built[n.children[1 - side]]
+            built[c] = k.add(Node("Gemm", tuple(dict.fromkeys((other, *loads(packed)))),
+                                  gemm_views(n, bounds), f[0], k.nodes[other].dtype, axis=f[1]))
+            k.packs[built[c]] = Pack(side, packed, f[6])
         elif n.op in ("Input", "Constant", "Iota"):
             value = text_value(f[2]) if n.op == "Constant" else None
             built[c] = k.add(Node(n.op, (), (), f[0], as_dtype(f[1]),
@@ -423,6 +498,9 @@ TILE_MIN_BYTES = 8 << 20
 # ... and whose right factor (read again by every row block) stays in L2: a 44M Llama's
 # logits (512 x 32000) read again for each of 128 one-row blocks ran 5x slower
 TILE_MAX_B_BYTES = 256 << 10
+# seeds: a copy this large read only by a product is packed by the product block by block
+# (KGemmPack), never stored whole (a convolution's im2col windows: 29-115 MB in the CNN)
+PACK_MIN_BYTES = 4 << 20
 
 
 def seeds(space: SearchSpace, env: Mapping[str, int]) -> tuple[Cost, Cost]:
@@ -437,7 +515,8 @@ def seeds(space: SearchSpace, env: Mapping[str, int]) -> tuple[Cost, Cost]:
     Matrix products are BLAS calls or (second seed) the fused multiply-sum: the first is
     the faster on all but small products, so the second's timing is often cut short (see
     tune.timed). In the first, a large product read by one kernel (elementwise) is
-    computed by it in row blocks (EGemm, `TILE_MIN_BYTES`, `TILE_MAX_B_BYTES`). `env` gives
+    computed by it in row blocks (EGemm, `TILE_MIN_BYTES`, `TILE_MAX_B_BYTES`), and a large
+    copy read only by a product is packed by it (KGemmPack, `PACK_MIN_BYTES`). `env` gives
     the dims' sizes. The search times the seeds like any other candidate."""
     readers: dict[int, int] = {}  # producer class -> kernels reading its buffer (HLIR edges)
     for nodes in space.classes:
@@ -505,10 +584,28 @@ def seeds(space: SearchSpace, env: Mapping[str, int]) -> tuple[Cost, Cost]:
         return gm is not None and not gm.batch and simplify(gm.ldc - gm.n, sizes) is ZERO \
             and _numel((gm.k, gm.n), env) * 4 <= TILE_MAX_B_BYTES
 
+    def one(c: int) -> bool:  # a read of the constant 1
+        return any(m.op == "ELoad" and any(k.op == "Constant" and text_value(k.fields[2]) == 1
+                                           for k in space.classes[m.children[0]])
+                   for m in space.classes[c])
+
+    def copy(c: int) -> bool:  # x * 1 (Tensor.contiguous: an im2col's windows)
+        return any(m.op == "KMap" and any(e.op == "EMul" and any(one(a) for a in e.children)
+                                          for e in space.classes[m.children[0]])
+                   for m in space.classes[c])
+
+    def packed(c: int, n: ENode) -> bool:  # a copy read only by this product: not stored
+        g = next(m for m in space.classes[c] if m.op == "KGemm")
+        f = g.children[n.fields[5]]
+        return readers.get(f) == 1 and copy(f) and \
+            _numel(n.fields[6], env) * 4 >= PACK_MIN_BYTES
+
     def fused(blas: float) -> Cost:
         def cost(c: int, n: ENode) -> float:
             if n.op == "KGemm":
                 return blas
+            if n.op == "KGemmPack":
+                return 2 * blas if blas < 0 and packed(c, n) else 1.0
             if n.op.startswith("E") and any(m.op == "ELoad" for m in space.classes[c]):
                 if blas < 0 and tiled(c):
                     return float(n.op != "EGemm")
