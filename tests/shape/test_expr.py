@@ -162,6 +162,9 @@ def test_build_time_identities():
     assert (x % 12) // 4 is (x // 4) % 3
     assert (x % 12) % 4 is x % 4
     assert (2 * x) % 4 is 2 * (x % 2)
+    assert (225 + 2 * x) % 224 is (1 + 2 * x) % 224  # the constant reduced modulo 224
+    assert simplify((225 + 2 * x) % 224, {"z0": (0, 111)}) is 1 + 2 * x  # (a pool's column)
+    assert (-1 + x) % 4 is (x - 1) % 4  # (a negative one left: x - 1 may be in range)
     assert s + t_ is t_ + s and s * t_ is t_ * s
     assert (s + 1) * 2 is 2 * s + 2
     assert s - s is Num(0) and s // s is Num(1) and s % s is Num(0)

@@ -433,7 +433,9 @@ def mod(a: Expr, b: Expr) -> Expr:
         inner = mod(_from_poly({m: c // g for m, c in p.items()}), _from_poly({bm: bc // g}))
         return _mul(Num(g), inner)
     r = {m: c for m, c in p.items() if not (_divides(m, bm) is not None and c % bc == 0)}
-    if len(r) != len(p):
+    if not bm and r.get((), 0) >= bc:  # (225 + 2x) % 224 -> (1 + 2x) % 224
+        r[()] %= bc
+    if r != p:
         return mod(_from_poly(r), b)
     if a.op == "mod":
         inner = _single_term(a.args[1])

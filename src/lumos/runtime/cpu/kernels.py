@@ -631,11 +631,21 @@ def _guarded(view: View, axis: int | None) -> bool:
 
 def _read_again(view: View, shape: Sequence[Expr], env: Mapping[str, int]) -> bool:
     """Whether `view` reads a buffer of `shape` more than once per element, or not linearly
-    with unit steps along its last axis (a 0-d read has none)."""
-    lin = _linear(view.index, [f"z{k}" for k in range(len(view.shape))])
-    return lin is None or bool(lin[1]) and lin[1][-1] is not ONE or math.prod(
-        _numel((e,), env) for k, e in enumerate(view.shape)
-        if not _once(view, k)) > _numel(shape, env)
+    with unit steps along its last axis (a 0-d read has none). A last axis of a few
+    positions (a pooling window, unrolled by codegen) is read position by position: then
+    along the axis before it, steps of 1 or 2 (a 2x2 pool's rows)."""
+    names = [f"z{k}" for k in range(len(view.shape))]
+    lin = _linear(view.index, names)
+    linear = lin is not None and (not lin[1] or lin[1][-1] is ONE)
+    last = view.shape[-1] if view.shape else ONE
+    if not linear and len(view.shape) > 1 and last.is_num and 1 < last.value <= SHORT_AXIS:
+        b = view.bounds()
+        steps = [_linear(simplify(view.index.subs({names[-1]: k}), b), names[:-1])
+                 for k in range(last.value)]
+        linear = all(s is not None and s[1][-1].is_num and s[1][-1].value in (1, 2)
+                     for s in steps)
+    return not linear or math.prod(_numel((e,), env) for k, e in enumerate(view.shape)
+                                   if not _once(view, k)) > _numel(shape, env)
 
 
 def _once(view: View, k: int, most: int = 16) -> bool:
