@@ -10,7 +10,7 @@ import torch
 import lumos
 from lumos.dtype import bf16_to_f32, f32_to_bf16
 from lumos.frontend.tensor import Tensor, iota, node, scalar
-from lumos.runtime.reference import run_hlir
+from lumos.runtime.reference import read, run_hlir
 from lumos.shape import View, z
 from tests.helpers import run
 
@@ -212,3 +212,37 @@ def test_view_read_of_a_prefix_and_of_size_zero():
 def test_oracle_view_is_the_contiguous_one():
     v = View.contiguous((2, 3))
     assert v.permute((1, 0)).permute((1, 0)) == v
+
+
+def _read_element_by_element(arr: np.ndarray, view: View) -> np.ndarray:
+    shape = tuple(e.value for e in view.shape)
+    out = np.zeros(shape, arr.dtype)
+    flat = arr.reshape(-1)
+    for pos in np.ndindex(*shape):
+        env = {f"z{k}": p for k, p in enumerate(pos)}
+        if view.valid.eval(env):
+            out[pos] = flat[view.index.eval(env)]
+    return out
+
+
+@pytest.mark.parametrize("move", [
+    lambda x: x.permute(2, 0, 1),  # a transpose: strided
+    lambda x: x[1:, ::2, 3:],  # a slice with a step: strided, offset
+    lambda x: x.unsqueeze(0).expand(2, 3, 4, 5),  # a broadcast: stride 0
+    lambda x: x.reshape(4, 15)[:, 3:9].T,  # ... of a reshape
+    lambda x: x.reshape(60)[7:].reshape(53)[::-2],  # a reversed step: gathered
+    lambda x: x.pad((1, 2, 0, 1)),  # padding: gathered, 0 outside
+    lambda x: x._with_view(x.view.unsqueeze(0).pad(0, 0, 1)),  # relu's stacked pair [x, 0]
+    lambda x: x.reshape(3, 2, 2, 5).permute(0, 2, 1, 3).reshape(3, 4, 5),  # not affine
+    lambda x: x[1, 2, 3],  # one element (0-d)
+])
+def test_a_view_reads_what_its_index_says(move) -> None:
+    """`read` (strided views where the index is affine, a gather once per source element
+    where validity depends on other axes, else a gather) against a read element by
+    element."""
+    g = lumos.Graph()
+    x = g.tensor((3, 4, 5), "f32")
+    view = move(x).view
+    arr = np.arange(60, dtype=np.float32).reshape(3, 4, 5) + 1
+    got = read(arr, view, {})
+    np.testing.assert_array_equal(got, _read_element_by_element(arr, view))

@@ -76,15 +76,26 @@ class Sandbox:
 
     def __init__(self) -> None:
         self._proc: subprocess.Popen | None = None
+        self._ready = False  # the current worker said it is ready
         self._stashed: set[str] = set()  # keys the current worker holds
 
-    def _start(self) -> subprocess.Popen:
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
-        self._proc = subprocess.Popen(
-            [sys.executable, "-c", "from lumos.runtime.cpu.isolate import serve; serve()"],
-            env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
-        self._stashed = set()
-        self._receive(STARTUP_TIMEOUT, "starting the sandbox")
+    def start(self) -> None:
+        """Start a worker if none is alive, without waiting for it to import lumos (the
+        first `run` waits): its start overlaps whatever the caller does next."""
+        if self._proc is None or self._proc.poll() is not None:
+            env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+            self._proc = subprocess.Popen(
+                [sys.executable, "-c", "from lumos.runtime.cpu.isolate import serve; serve()"],
+                env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+            self._ready = False
+            self._stashed = set()
+
+    def _started(self) -> subprocess.Popen:
+        self.start()
+        if not self._ready:
+            self._receive(STARTUP_TIMEOUT, "starting the sandbox")
+            self._ready = True
+        assert self._proc is not None
         return self._proc
 
     def _receive(self, timeout: float | None, what: str) -> Any:
@@ -107,8 +118,7 @@ class Sandbox:
 
     def run(self, fn: Callable[..., Any], *args: Any, timeout: float | None) -> Any:
         """`fn(*args)` in the worker; its result, or CandidateError."""
-        proc = self._proc if self._proc is not None and self._proc.poll() is None else None
-        proc = proc or self._start()
+        proc = self._started()
         assert proc.stdin is not None
         what = f"running {getattr(fn, '__name__', type(fn).__name__)}"
         try:

@@ -132,6 +132,7 @@ def prepare(graph: Graph, env: Mapping[str, int], seed: int, sandbox: Sandbox) -
     """Profiling inputs at `env`, the oracle's outputs, and the inputs stashed in the
     sandbox (a worker that fails to start here is started again, and reported, by the
     first candidate's run)."""
+    sandbox.start()  # its worker imports lumos while the oracle runs
     data = profiling_inputs(graph, env, seed)
     # the sandbox holds them for the whole search
     profiling = Profiling(f"inputs-{next(_SEARCHES)}", data, run_hlir(graph, data, dict(env)))
