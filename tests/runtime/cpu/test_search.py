@@ -1,5 +1,5 @@
-"""Timed search on CpuRuntime: candidates are checked against the oracle before they are
-ranked, and a candidate that crashes, hangs or computes the wrong thing loses."""
+"""Timed search on CpuRuntime: a candidate is checked against the oracle before it can
+become the best, and a candidate that crashes, hangs or computes the wrong thing loses."""
 
 from __future__ import annotations
 
@@ -85,6 +85,26 @@ def test_a_wrong_but_fast_candidate_loses(monkeypatch: pytest.MonkeyPatch) -> No
     prog = x.graph.compile(CpuRuntime(), OPTS)
     assert wrong in sources[1]
     assert wrong not in prog.compiled.source.read_text()
+    check(prog, x, y, out)
+
+
+def test_only_a_candidate_that_would_be_the_best_is_checked(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A slower candidate costs no comparison with the oracle (it cannot win); the first
+    one, and any faster than the best so far, is compared."""
+    from lumos.runtime.cpu import isolate, tune
+    x, y, out = chain_graph()
+    checked: list[bool] = []  # per sandbox call: a check (else a timing)
+    real = isolate.Sandbox.run
+
+    def run(self, fn, *args, **kwargs):
+        if fn in (tune.differs, tune.timed):
+            checked.append(fn is tune.differs)
+        return real(self, fn, *args, **kwargs)
+    monkeypatch.setattr(isolate.Sandbox, "run", run)
+    patch_candidates(monkeypatch, {1, 2, 3}, "  for (volatile int i = 0; i < 3000000; i++) {}\n")
+    prog = x.graph.compile(CpuRuntime(), OPTS)
+    assert checked == [False, True, False, False, False]  # timed, checked; then 3 timed
     check(prog, x, y, out)
 
 
