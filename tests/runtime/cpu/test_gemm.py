@@ -107,12 +107,17 @@ def test_gemm_genome_matches_the_oracle(name: str) -> None:
     kernels = from_genome(space, genome, g.dims)
     (layout,) = [gemm(n.views, n.axis, g.dims) for n in kernels.nodes if n.op == "Gemm"]
     assert layout is not None and len(layout.batch) == BATCH_LEFT.get(name, 0)
+    assert "scipy_cblas_sgemm" in checked_source(g, kernels)
+
+
+def checked_source(g: lumos.Graph, kernels) -> str:
+    """The program's C, after checking what it computes against the oracle."""
     program = build(kernels)
-    assert "scipy_cblas_sgemm" in program.source.read_text()
     data = profiling_inputs(g, ENV, 0)
     got = program([data[n] for n in program.layout.input_names], ENV)
     for a, w, o in zip(got, run_hlir(g, data, ENV), g.outputs, strict=True):
         assert matches(a, w, g.nodes[o].dtype)
+    return program.source.read_text()
 
 
 def test_the_blas_seed_of_a_256_matmul_is_sgemm(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -158,12 +163,7 @@ def tiled_program(make, reader) -> tuple[lumos.Graph, str, list]:
     assert any(n.op == "EGemm" for alts in space.classes for n in alts)
     genome = Genomes(space).preferring(lambda c, n: -float(n.op == "EGemm"), random.Random(0))
     kernels = from_genome(space, genome, g.dims)
-    program = build(kernels)
-    data = profiling_inputs(g, ENV, 0)
-    got = program([data[n] for n in program.layout.input_names], ENV)
-    for a, w, o in zip(got, run_hlir(g, data, ENV), g.outputs, strict=True):
-        assert matches(a, w, g.nodes[o].dtype)
-    return g, program.source.read_text(), kernels.nodes
+    return g, checked_source(g, kernels), kernels.nodes
 
 
 @pytest.mark.parametrize("reader", READERS)
@@ -233,12 +233,7 @@ def test_a_product_that_packs_its_factor_matches_the_oracle(name: str) -> None:
     kernels = from_genome(space, genome, g.dims)
     (pack,) = kernels.packs.values()  # and no kernel stores the factor
     assert not any(n.op == "Map" and n.shape == pack.shape for n in kernels.nodes)
-    program = build(kernels)
-    assert "t0 = lumos_tile(0, S" in program.source.read_text()
-    data = profiling_inputs(g, ENV, 0)
-    got = program([data[n] for n in program.layout.input_names], ENV)
-    for a, w, o in zip(got, run_hlir(g, data, ENV), g.outputs, strict=True):
-        assert matches(a, w, g.nodes[o].dtype)
+    assert "t0 = lumos_tile(0, S" in checked_source(g, kernels)
 
 
 def test_the_blas_seed_packs_a_large_im2col() -> None:

@@ -319,30 +319,28 @@ class Kernels:
 def tiles(b: Body) -> list[Tile]:
     """The distinct matrix products body `b` computes (Tile leaves), left to right."""
     out: dict[Node, Tile] = {}
-    stack, seen = [b], set()
-    while stack:
-        x = stack.pop()
-        if id(x) in seen:
-            continue
-        seen.add(id(x))
+    for x in _leaves(b):
         if isinstance(x, Tile):
             out.setdefault(x.gemm, x)
-        elif not isinstance(x, Load):
-            stack.extend(reversed(x.args))
     return list(out.values())
 
 
 def body_loads(b: Body) -> list[Load]:
     """The loads in body `b`, each shared subtree visited once, left to right."""
-    out, seen, stack = [], set(), [b]
+    return [x for x in _leaves(b) if isinstance(x, Load)]
+
+
+def _leaves(b: Body) -> list[Load | Tile]:
+    out: list[Load | Tile] = []
+    seen, stack = set(), [b]
     while stack:
         x = stack.pop()
         if id(x) in seen:
             continue
         seen.add(id(x))
-        if isinstance(x, Load):
+        if isinstance(x, Load | Tile):
             out.append(x)
-        elif not isinstance(x, Tile):
+        else:
             stack.extend(reversed(x.args))
     return out
 
