@@ -311,10 +311,6 @@ class Kernels:
     def dtype(self, b: Body) -> DType:
         return self.nodes[b.src].dtype if isinstance(b, Load) else b.dtype
 
-    def count(self) -> int:
-        """Number of kernels (loops over memory) the program runs."""
-        return sum(n.op not in ("Input", "Constant") for n in self.nodes)
-
 
 def tiles(b: Body) -> list[Tile]:
     """The distinct matrix products body `b` computes (Tile leaves), left to right."""
