@@ -246,3 +246,23 @@ def test_a_view_reads_what_its_index_says(move) -> None:
     arr = np.arange(60, dtype=np.float32).reshape(3, 4, 5) + 1
     got = read(arr, view, {})
     np.testing.assert_array_equal(got, _read_element_by_element(arr, view))
+
+
+@pytest.mark.parametrize("shapes", [
+    # (a's shape, b's shape, summed axis): each broadcast along axes the other is not
+    ((5, 1, 4), (1, 3, 4), 2),  # a matmul, rows x columns
+    ((2, 5, 1, 4), (2, 1, 3, 4), 3),  # a batch of them
+    ((1, 5, 1, 4), (2, 1, 3, 4), 3),  # a's rows shared by the batch (a convolution's weights)
+    ((2, 5, 3, 1, 4), (2, 1, 3, 6, 4), 4),  # two batch axes, one inside
+    ((4, 5, 1), (4, 1, 3), 0),  # the summed axis first
+])
+def test_a_sum_of_products_is_the_matrix_product(shapes) -> None:
+    from lumos.runtime.reference import _sum_of_products
+    sa, sb, axis = shapes
+    out = np.broadcast_shapes(sa, sb)
+    rng = np.random.default_rng(0)
+    a = np.broadcast_to(rng.standard_normal(sa).astype(np.float32), out)
+    b = np.broadcast_to(np.asfortranarray(rng.standard_normal(sb).astype(np.float32)),
+                        out)  # (its memory in the other order)
+    want = (a.astype(np.float64) * b).sum(axis)
+    np.testing.assert_allclose(_sum_of_products(a, b, axis), want, rtol=1e-12)
