@@ -4,8 +4,9 @@ Forward latency (the median of at least `--repeats` calls and 1 s of calls, afte
 warm-up calls) and cold compile time (first call, compile included) of a
 tiny Llama (h64, 2 layers, 1x16), a 44M-parameter Llama (h512, 4 layers, 1x128) and a
 small CNN (batch 8, 3x224x224), plus generate() tokens/s for the Llamas with
-`--generate` (the median of 3 generate() calls after the one that compiles). Random weights (transformers configs; nothing is downloaded). Peers run
-in the same process, one after another, with the same threads. lumos runs with the
+`--generate` (the median of 3 generate() calls after the one that compiles). Random
+weights (transformers configs; nothing is downloaded). Peers run in the same process,
+one after another, with the same threads. lumos runs with the
 backend's default options (runtime "cpu", a search of `LIMIT` candidates per graph)
 unless `--runtime` / `--limit` say otherwise. Each compile starts from empty caches
 (lumos: kernels and artifacts; inductor: its FX graph and code caches) unless `--warm`.
