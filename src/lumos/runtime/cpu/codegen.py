@@ -45,6 +45,7 @@ from lumos.runtime.cpu.kernels import (
     Tile,
     body_loads,
     gemm,
+    in_row_blocks,
     packing,
     tiles,
 )
@@ -535,8 +536,7 @@ class _Codegen:
         gms = [gemm(t.views, t.axis, self.g.dims) for t in self.tiles]
         if not self.tile_rows or len(gms) > TILES:
             return None
-        layouts = [gm for gm in gms if gm is not None and not gm.batch and
-                   simplify(gm.ldc - gm.n, bounds) is ZERO]
+        layouts = [gm for gm in gms if gm is not None and in_row_blocks(gm, bounds)]
         if len(layouts) < len(gms):
             return None
         m, n = layouts[0].m, layouts[0].n

@@ -221,6 +221,12 @@ def gemm_views(n: ENode, bounds: Mapping) -> tuple[View, View]:
     return compose(("Then", va, ("Top", v)), bounds), compose(("Then", vb, ("Top", v)), bounds)
 
 
+def in_row_blocks(gm: Gemm, bounds: Mapping) -> bool:
+    """Whether blocks of `gm`'s rows are contiguous ranges of its result: one product (no
+    batch axes), its rows `n` apart. (Codegen runs an EGemm in row blocks only then.)"""
+    return not gm.batch and simplify(gm.ldc - gm.n, bounds) is ZERO
+
+
 @dataclass(frozen=True)
 class Packing:
     """Where a packed factor's matrix lies in its shape (row-major, dense): the axis of
@@ -575,8 +581,8 @@ def seeds(space: SearchSpace, env: Mapping[str, int]) -> tuple[Cost, Cost]:
                 _numel(g.fields[1], env) * 4 < TILE_MIN_BYTES:
             return False
         gm = gemm(gemm_views(g, sizes), g.fields[2], sizes)  # one product, rows contiguous
-        return gm is not None and not gm.batch and simplify(gm.ldc - gm.n, sizes) is ZERO \
-            and _numel((gm.k, gm.n), env) * 4 <= TILE_MAX_B_BYTES
+        return gm is not None and in_row_blocks(gm, sizes) and \
+            _numel((gm.k, gm.n), env) * 4 <= TILE_MAX_B_BYTES
 
     def one(c: int) -> bool:  # a read of the constant 1
         return any(m.op == "ELoad" and any(k.op == "Constant" and text_value(k.fields[2]) == 1
