@@ -349,7 +349,7 @@ def _leaves(b: Body) -> list[Load | Tile]:
 
 def loads(b: Body) -> list[int]:
     """The buffers body `b` reads (a Tile's: its product's factors)."""
-    return [x.src for x in body_loads(b)] + [j for t in tiles(b) for j in t.gemm.inputs]
+    return [j for x in _leaves(b) for j in ((x.src,) if isinstance(x, Load) else x.gemm.inputs)]
 
 
 def from_graph(g: Graph) -> Kernels:
