@@ -90,6 +90,18 @@ def test_a_pool_computes_the_relu_it_reads() -> None:
     assert not any("%" in line for line in kernel.splitlines() if "z3" in line)  # (inner)
 
 
+def test_a_pool_read_by_a_short_sum_is_stored() -> None:
+    """A global average pool of a max pool's output sums rows of 4 step by step, its vector
+    loop along the pooled rows: inlined there, the pool would read x's rows 2 x 8 apart in
+    that loop (scalar; the CNN's 2.9 ms against 0.6 for the pool stored)."""
+    g = lumos.Graph()
+    x = g.tensor((2, 4, 8, 8), lumos.f32, "x")
+    lumos.adaptive_avg_pool2d(lumos.max_pool2d(x.relu(), 2), 1).output()
+    k = fused_seed(g)
+    (pool,) = [n for n in k.nodes if n.op == "MaxReduce"]
+    assert tuple(e.value for e in pool.shape) == (2, 4, 4, 4)
+
+
 def test_a_reduction_read_as_a_scalar() -> None:
     """A 0-d read of a short max reduction (relu's element 1) is read once: inlined, and
     the seed's linearity test has no last axis to look at (it raised IndexError)."""

@@ -523,6 +523,11 @@ def seeds(space: SearchSpace, env: Mapping[str, int]) -> tuple[Cost, Cost]:
         for n in nodes:
             if n.op == "ELoad" and n.fields[0][0] == "Top":
                 readers[n.children[0]] = readers.get(n.children[0], 0) + 1
+    parents: dict[int, list[tuple[int, ENode]]] = {}  # class -> (class, node) using it
+    for i, nodes in enumerate(space.classes):
+        for n in nodes:
+            for ch in n.children:
+                parents.setdefault(ch, []).append((i, n))
     ops: dict[int, int] = {}  # buffer class -> elementwise ops its body inlines (chosen so)
     padded: dict[int, bool] = {}  # buffer class -> its body (so) reads through a predicate
     decided: dict[int, bool] = {}  # ELoad class -> inline?
@@ -544,10 +549,30 @@ def seeds(space: SearchSpace, env: Mapping[str, int]) -> tuple[Cost, Cost]:
                 # order, linearly (a 2x2 pool reading relu's outputs two apart through
                 # its windows ran scalar, 32x slower than relu's own vector loop)
                 red = next((m for m in space.classes[p] if m.op == "KMaxReduce"), None)
-                again = red is not None and _read_again(view, red.fields[0], env)
+                again = red is not None and _read_again(view, red.fields[0], env,
+                                                        stepwise(c, len(view.shape)))
                 decided[c] = not broadcast and not again and \
                     ops[p] * (readers.get(p, 1) - 1) <= DUPLICATE_OPS
         return decided[c]
+
+    def stepwise(c: int, rank: int) -> bool:
+        """Whether a kernel reading class c (a body of `rank` axes) is a reduction over its
+        short last axis: written out step by step, its vector loop along the axis before
+        (a global average pool's rows of 14, a 2x2 pool's rows)."""
+        todo, seen = [c], {c}
+        while todo:
+            for i, n in parents.get(todo.pop(), ()):
+                if n.op in ("KSumReduce", "KMaxReduce"):
+                    root = space.classes[n.children[0]][0]
+                    length = compose(root.fields[0 if root.op == "EGemm" else -1],
+                                     {}).shape[n.fields[1]]
+                    if n.fields[1] == rank - 1 > 0 and length.is_num and \
+                            length.value <= SHORT_AXIS:
+                        return True
+                elif n.op.startswith("E") and n.op != "ELoad" and i not in seen:
+                    seen.add(i)
+                    todo.append(i)
+        return False
 
     def body_ops(b: int) -> int:
         n = next(n for n in space.classes[b] if n.op != "ELoad" or len(space.classes[b]) == 1)
@@ -629,14 +654,16 @@ def _guarded(view: View, axis: int | None) -> bool:
                    (simplify(view.valid.subs({f"z{axis}": k}), b) for k in range(e.value)))
 
 
-def _read_again(view: View, shape: Sequence[Expr], env: Mapping[str, int]) -> bool:
+def _read_again(view: View, shape: Sequence[Expr], env: Mapping[str, int],
+                stepwise: bool = False) -> bool:
     """Whether `view` reads a buffer of `shape` more than once per element, or not linearly
     with unit steps along its last axis (a 0-d read has none). A last axis of a few
     positions (a pooling window, unrolled by codegen) is read position by position: then
-    along the axis before it, steps of 1 or 2 (a 2x2 pool's rows)."""
+    along the axis before it, steps of 1 or 2 (a 2x2 pool's rows); a `stepwise` reader (a
+    short reduction over the last axis) reads only so."""
     names = [f"z{k}" for k in range(len(view.shape))]
     lin = _linear(view.index, names)
-    linear = lin is not None and (not lin[1] or lin[1][-1] is ONE)
+    linear = not stepwise and lin is not None and (not lin[1] or lin[1][-1] is ONE)
     last = view.shape[-1] if view.shape else ONE
     if not linear and len(view.shape) > 1 and last.is_num and 1 < last.value <= SHORT_AXIS:
         b = view.bounds()
