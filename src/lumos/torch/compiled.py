@@ -13,6 +13,7 @@ graph to PyTorch for good, with one warning (or raises, with `strict`).
 from __future__ import annotations
 
 import functools
+import operator
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -149,6 +150,10 @@ class CompiledGraph:
         # bound (contiguous tensors only: their memory is bound, so later writes are seen;
         # rebinding a weight cost more than the tiny Llama's kernels)
         self._bound: dict[int, list[tuple[torch.Tensor, int, np.ndarray] | None]] = {}
+        # by program: each input's memory as last bound, [start, end) (the alias check)
+        self._spans: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        self._sources = [s if isinstance(s, int) else operator.attrgetter(s)
+                         for _, s in self.tr.inputs]
 
     def __call__(self, *args: Any) -> Any:
         if not self.failed:
@@ -167,28 +172,38 @@ class CompiledGraph:
 
     def _run(self, prog: Program | None, args: tuple, env: dict[str, int]) -> Any:
         tr = self.tr
-        taken: list[np.ndarray] = []  # memory a result must not share: inputs, results
         if prog is not None:
             bound = self._bound.setdefault(id(prog), [None] * len(tr.inputs))
-            for k, (t, source) in enumerate(tr.inputs):
-                x = args[source] if isinstance(source, int) else self._attr(source)
+            spans = self._spans.get(id(prog))
+            if spans is None:
+                spans = self._spans[id(prog)] = (np.zeros(len(tr.inputs), np.int64),
+                                                 np.zeros(len(tr.inputs), np.int64))
+            for k, ((t, _), source) in enumerate(zip(tr.inputs, self._sources, strict=True)):
+                x = args[source] if isinstance(source, int) else source(self.module)
                 hit = bound[k]
-                if hit is not None and hit[0] is x and hit[1] == x.data_ptr() and \
-                        hit[2].shape == x.shape and prog.bound(t) is hit[2]:
-                    a = hit[2]  # a weight, unchanged, still bound (programs are shared)
-                else:
+                if hit is None or hit[0] is not x or hit[1] != x.data_ptr() or \
+                        hit[2].shape != x.shape or prog.bound(t) is not hit[2]:
                     prog.set_data(t, to_numpy(x))
                     a = prog.bound(t)
                     bound[k] = (x, x.data_ptr(), a) if x.is_contiguous() else None
-                taken.append(a)
+                    spans[0][k] = a.ctypes.data
+                    spans[1][k] = spans[0][k] + a.nbytes
+                # (else a weight, unchanged, still bound: programs are shared)
             prog.execute({k: v for k, v in env.items() if k in tr.graph.dims})
+            starts, ends = spans  # memory a result must not share: inputs, then results
+        taken: list[tuple[int, int]] = []
 
         def tensor(t: Any, dtype: torch.dtype) -> torch.Tensor:
             assert prog is not None
             arr = prog.get(t)
-            if not arr.flags.writeable or any(np.may_share_memory(arr, a) for a in taken):
+            lo = arr.ctypes.data
+            hi = lo + arr.nbytes
+            if not arr.flags.writeable or bool(((starts < hi) & (ends > lo)).any()) or \
+                    any(a < hi and b > lo for a, b in taken):
                 arr = arr.copy()
-            taken.append(arr)
+                lo = arr.ctypes.data
+                hi = lo + arr.nbytes
+            taken.append((lo, hi))
             return to_torch(arr, dtype)
 
         def result(o: Any) -> Any:
@@ -212,19 +227,15 @@ class CompiledGraph:
     def _dims(self, args: tuple) -> dict[str, int]:
         return (self.scope.env if self.scope else {}) | read_dims(self.tr, args, self.module)
 
-    def _attr(self, name: str) -> torch.Tensor:
-        return functools.reduce(getattr, name.split("."), self.module)
-
 
 def read_dims(tr: Translation, args: tuple, module: fx.GraphModule) -> dict[str, int]:
     """The values of the dims `tr` reads from its arguments (see `known_dims`)."""
     env = {name: int(args[i]) for name, i in tr.dim_args}
-    for t, source in tr.inputs:
+    for source, axes in tr.sized_by:
         x = args[source] if isinstance(source, int) else \
             functools.reduce(getattr, source.split("."), module)
-        for e, n in zip(t.view.shape, x.shape, strict=True):
-            if e.op == "var":
-                env[e.args[0]] = int(n)
+        for axis, name in axes:
+            env[name] = int(x.shape[axis])
     return env
 
 

@@ -74,6 +74,13 @@ class Translation:
     failures: dict[fx.Node, str] = field(default_factory=dict)
     hints: dict[str, int] = field(default_factory=dict)  # dim -> its size in the traced call
 
+    @functools.cached_property
+    def sized_by(self) -> list[tuple[int | str, list[tuple[int, str]]]]:
+        """The inputs with a dim for a size: (source, [(axis, dim)])."""
+        return [(source, axes) for t, source in self.inputs
+                if (axes := [(k, e.args[0]) for k, e in enumerate(t.view.shape)
+                             if e.op == "var"])]
+
 
 class Symbols:
     """SymInts and sympy expressions as lumos Exprs; every symbol becomes a graph dim, and

@@ -69,7 +69,7 @@ class CompiledProgram:
         self._arena = np.empty(0, np.uint8)
         self._fn: Any = None
         self._sizes: tuple[np.ndarray, list[int]] | None = None  # see `plan`
-        self._out_shapes: list[tuple[int, ...] | None] | None = None
+        self._out_shapes: dict[tuple[int, ...], list[tuple[int, ...]]] = {}  # by dims
 
     @property
     def source(self) -> Path:
@@ -127,11 +127,11 @@ class CompiledProgram:
         return tuple(int(e.eval(env)) for e in b.shape)
 
     def output_shapes(self, env: Mapping[str, int]) -> list[tuple[int, ...]]:
-        if self._out_shapes is None:  # static ones once
-            self._out_shapes = [self.shape(b, {}) if all(e.is_num for e in b.shape) else None
-                                for b in self.layout.outputs]
-        return [s if s is not None else self.shape(b, env)
-                for s, b in zip(self._out_shapes, self.layout.outputs, strict=True)]
+        key = tuple(env[d] for d in self.layout.dims)
+        hit = self._out_shapes.get(key)
+        if hit is None:
+            hit = self._out_shapes[key] = [self.shape(b, env) for b in self.layout.outputs]
+        return hit
 
     def log_profile(self, env: Mapping[str, int]) -> None:
         """Logs each kernel's time in the last run (of a program compiled with
