@@ -5,6 +5,7 @@ computes what the oracle computes, and the timed search tries it (the BLAS seed)
 from __future__ import annotations
 
 import random
+import re
 
 import numpy as np
 import pytest
@@ -14,7 +15,7 @@ from lumos.egraph import build_spaces
 from lumos.nn.conv import conv2d
 from lumos.runtime.cpu import CpuRuntime, build
 from lumos.runtime.cpu import program as program_module
-from lumos.runtime.cpu.kernels import RULES, cpu_space, from_genome, gemm, seeds
+from lumos.runtime.cpu.kernels import PANELS_MAX_K, RULES, cpu_space, from_genome, gemm, seeds
 from lumos.runtime.cpu.tune import matches, profiling_inputs
 from lumos.runtime.reference import run_hlir
 from lumos.search import CompileOptions, Genomes
@@ -224,27 +225,41 @@ PACKED = {  # name: graph builder whose product's factor is computed by an eleme
 }
 
 
+@pytest.mark.parametrize("panels", [False, True])
 @pytest.mark.parametrize("name", PACKED)
-def test_a_product_that_packs_its_factor_matches_the_oracle(name: str) -> None:
+def test_a_product_that_packs_its_factor_matches_the_oracle(name: str, panels: bool) -> None:
+    """Each packed product, its blocks multiplied by OpenBLAS or (where the packed factor is
+    B untransposed) by lumos_gemm_panels: rows and columns that fill no whole 8 x 48 tile
+    (4 rows; 873-column blocks), k short and long."""
     g, space = space_and_graph(PACKED[name])
     inline = lambda n: n.op.startswith("E") and n.op not in ("ELoad", "EGemm")  # noqa: E731
-    genome = Genomes(space).preferring(lambda c, n: -float(n.op == "KGemmPack" or inline(n)),
-                                       random.Random(0))
+    genome = Genomes(space).preferring(
+        lambda c, n: -float(inline(n)) if n.op != "KGemmPack" else
+        -2.0 if bool(n.fields[7]) == panels else -1.0, random.Random(0))
     kernels = from_genome(space, genome, g.dims)
     (pack,) = kernels.packs.values()  # and no kernel stores the factor
+    offered = any(n.op == "KGemmPack" and n.fields[7] for c in space.classes for n in c)
+    assert offered == (name in ("conv_nchw", "conv_nhwc_strided", "blocks_on_threads"))
+    assert pack.panels == (panels and offered)
     assert not any(n.op == "Map" and n.shape == pack.shape for n in kernels.nodes)
-    assert "t0 = lumos_tile(0, S" in checked_source(g, kernels)
+    source = checked_source(g, kernels)
+    assert "t0 = lumos_tile(0, S" in source
+    assert bool(re.search(r"lumos_gemm_panels\(.*, t0, ", source)) == pack.panels
 
 
 def test_the_blas_seed_packs_a_large_im2col() -> None:
-    """A copy of 4 MiB or more read only by a product (kernels.PACK_MIN_BYTES)."""
-    for batch, packs in ((1, True), (8, True), (None, False)):
+    """A copy of 4 MiB or more read only by a product (kernels.PACK_MIN_BYTES), its blocks
+    multiplied by lumos' own kernel where k is short (kernels.PANELS_MAX_K)."""
+    for batch, c_in, packs in ((1, 32, True), (8, 32, True), (None, 32, False), (1, 16, True)):
         g = lumos.Graph()
-        x = g.tensor((batch or 1, 32, 112 if batch else 32, 112 if batch else 32), lumos.f32,
-                     "x")
-        conv2d(x, g.tensor((64, 32, 3, 3), lumos.f32, "w"), padding=1).output()
+        x = g.tensor((batch or 1, c_in, 112 if batch else 32, 112 if batch else 32),
+                     lumos.f32, "x")
+        conv2d(x, g.tensor((64, c_in, 3, 3), lumos.f32, "w"), padding=1).output()
         (space,) = build_spaces(g, [{}], RULES)
         space = cpu_space(space)
         genome = Genomes(space).preferring(seeds(space, {})[0], random.Random(0))
-        chosen = [space.classes[c][i].op for c, i in genome.items()]
-        assert ("KGemmPack" in chosen) == packs and ("KGemm" in chosen) != packs
+        chosen = [space.classes[c][i] for c, i in genome.items()]
+        ops = [n.op for n in chosen]
+        assert ("KGemmPack" in ops) == packs and ("KGemm" in ops) != packs
+        assert [n.fields[7] for n in chosen if n.op == "KGemmPack"] == \
+            ([int(c_in * 9 <= PANELS_MAX_K)] if packs else [])

@@ -170,6 +170,59 @@ static inline float *lumos_tile(int j, int64_t n) {
   }
   return lumos_tile_p[j];
 }
+#if defined(__AVX512F__)
+#define LUMOS_PANELS 1
+/* C = A B for a block that a product packed itself (kernels.Pack.panels; B: k x n,
+   row-major, ldb), single-threaded: 8 rows of C by 48 columns at a time in 24 vector
+   registers, those 8 rows of A first copied into scratch 1 as k columns of 8; B is read
+   where it lies (OpenBLAS copies it into its own layout first: a cost that a short k does
+   not repay). A(i, p) is a[i * sam + p * sak]. */
+typedef float lumos_f32x16 __attribute__((vector_size(64)));
+typedef float lumos_f32x16u __attribute__((vector_size(64), aligned(4)));
+static void lumos_gemm_panels(int64_t m, int64_t n, int64_t k, const float *a, int64_t sam,
+                              int64_t sak, const float *b, int64_t ldb, float *c,
+                              int64_t ldc) {
+  float *restrict ap = lumos_tile(1, 8 * k + 48 * k), *restrict edge = ap + 8 * k;
+  for (int64_t i0 = 0; i0 < m; i0 += 8) {
+    const int64_t mr = m - i0 < 8 ? m - i0 : 8;
+    for (int64_t p = 0; p < k; p++)
+      for (int64_t i = 0; i < 8; i++) ap[p * 8 + i] = i < mr ? a[(i0 + i) * sam + p * sak] : 0.0f;
+    for (int64_t j0 = 0; j0 < n; j0 += 48) {
+      const int64_t nr = n - j0 < 48 ? n - j0 : 48;
+      const float *bp = b + j0;
+      int64_t lb = ldb;
+      if (nr < 48) { /* the last columns, zero-padded to 48 */
+        for (int64_t p = 0; p < k; p++)
+          for (int64_t j = 0; j < 48; j++) edge[p * 48 + j] = j < nr ? b[p * ldb + j0 + j] : 0.0f;
+        bp = edge;
+        lb = 48;
+      }
+      lumos_f32x16 acc[8][3];
+      for (int i = 0; i < 8; i++)
+        for (int j = 0; j < 3; j++) acc[i][j] = (lumos_f32x16){0};
+      for (int64_t p = 0; p < k; p++) {
+        const lumos_f32x16 b0 = *(const lumos_f32x16u *)(bp + p * lb),
+                           b1 = *(const lumos_f32x16u *)(bp + p * lb + 16),
+                           b2 = *(const lumos_f32x16u *)(bp + p * lb + 32);
+        for (int i = 0; i < 8; i++) {
+          const lumos_f32x16 x = (lumos_f32x16){0} + ap[p * 8 + i];
+          acc[i][0] = LUMOS_FMA_F32X16(x, b0, acc[i][0]);
+          acc[i][1] = LUMOS_FMA_F32X16(x, b1, acc[i][1]);
+          acc[i][2] = LUMOS_FMA_F32X16(x, b2, acc[i][2]);
+        }
+      }
+      float *ct = c + i0 * ldc + j0;
+      if (mr == 8 && nr == 48) {
+        for (int i = 0; i < 8; i++)
+          for (int j = 0; j < 3; j++) *(lumos_f32x16u *)(ct + i * ldc + 16 * j) = acc[i][j];
+      } else {
+        for (int i = 0; i < mr; i++)
+          for (int64_t j = 0; j < nr; j++) ct[i * ldc + j] = acc[i][j / 16][j % 16];
+      }
+    }
+  }
+}
+#endif
 #endif
 
 static inline int64_t lumos_fdiv(int64_t a, int64_t b) {
@@ -1099,6 +1152,15 @@ class _Codegen:
                     f"(blasint){c(gm.m)}, (blasint)({blocked}), (blasint){k}, 1.0f, "
                     f"{optr}, {ld(other, gm.m if other.trans else gm.k)}, t0, {own_ld}, 0.0f, "
                     f"{cout} + {start}, (blasint)LUMOS_MAX({c(gm.ldc)}, 1));")
+            if pack.panels:
+                assert not mat.trans, "lumos_gemm_panels reads B untransposed"
+                lda = c(other.ld)
+                sam, sak = ("1", lda) if other.trans else (lda, "1")
+                call = "\n".join([
+                    "#ifdef LUMOS_PANELS",
+                    f"lumos_gemm_panels({c(gm.m)}, {blocked}, {k}, {optr}, {sam}, {sak}, t0, "
+                    f"{blocked}, {cout} + {start}, {c(gm.ldc)});",
+                    "#else", call, "#endif"])
         batches = c(gm.batch[0]) if gm.batch else "1"
         size = c(shape[lead])
         work = self.ren(gm.m * gm.n * gm.k * (gm.batch[0] if gm.batch else ONE)).to_c(bounds)

@@ -106,6 +106,7 @@ class Pack:
     side: int
     body: Body
     shape: tuple[Expr, ...]
+    panels: bool = False  # the block's product by lumos' own kernel (B only), not OpenBLAS
 
 
 @dataclass(frozen=True)
@@ -378,7 +379,8 @@ def cpu_space(space: SearchSpace, bounds: Mapping | None = None) -> SearchSpace:
             return gemm(gemm_views(n, b), n.fields[1], b) is not None
         if n.op == "KGemmPack":
             gm = gemm(gemm_views(n, b), n.fields[1], b)
-            return gm is not None and packing(gm, n.fields[5], n.fields[6], b) is not None
+            return gm is not None and packing(gm, n.fields[5], n.fields[6], b) is not None \
+                and (not n.fields[7] or gm.b.input == n.fields[5] and not gm.b.trans)
         if n.op == "EGemm":
             return gemm(gemm_views(n, b), n.fields[2], b) is not None and \
                 _elementwise(compose(n.fields[0], b))
@@ -464,7 +466,7 @@ def from_genome(space: SearchSpace, choice: Mapping[int, int] | Sequence[int],
             other = built[n.children[1 - side]]
             built[c] = k.add(Node("Gemm", tuple(dict.fromkeys((other, *loads(packed)))),
                                   gemm_views(n, bounds), f[0], k.nodes[other].dtype, axis=f[1]))
-            k.packs[built[c]] = Pack(side, packed, f[6])
+            k.packs[built[c]] = Pack(side, packed, f[6], bool(f[7]))
         elif n.op in ("Input", "Constant", "Iota"):
             value = text_value(f[2]) if n.op == "Constant" else None
             built[c] = k.add(Node(n.op, (), (), f[0], as_dtype(f[1]),
@@ -501,6 +503,10 @@ TILE_MAX_B_BYTES = 256 << 10
 # seeds: a copy this large read only by a product is packed by the product block by block
 # (KGemmPack), never stored whole (a convolution's im2col windows: 29-115 MB in the CNN)
 PACK_MIN_BYTES = 4 << 20
+# ... and its blocks multiplied by lumos' own kernel (Pack.panels), not OpenBLAS, where k
+# is at most this (measured on the CNN's convolutions, ms: k = 27 4.4 -> 2.4; k = 288,
+# 576, 1152: 10.7 -> 11.3, 9.6 -> 11.2, 8.7 -> 11.5)
+PANELS_MAX_K = 256
 
 
 def seeds(space: SearchSpace, env: Mapping[str, int]) -> tuple[Cost, Cost]:
@@ -622,8 +628,13 @@ def seeds(space: SearchSpace, env: Mapping[str, int]) -> tuple[Cost, Cost]:
     def packed(c: int, n: ENode) -> bool:  # a copy read only by this product: not stored
         g = next(m for m in space.classes[c] if m.op == "KGemm")
         f = g.children[n.fields[5]]
-        return readers.get(f) == 1 and copy(f) and \
-            _numel(n.fields[6], env) * 4 >= PACK_MIN_BYTES
+        if readers.get(f) != 1 or not copy(f) or _numel(n.fields[6], env) * 4 < PACK_MIN_BYTES:
+            return False
+        # ... its blocks multiplied by lumos' own kernel where k is short (and it can)
+        gm = gemm(gemm_views(n, sizes), n.fields[1], sizes)
+        short = gm is not None and _numel((gm.k,), env) <= PANELS_MAX_K and \
+            any(m.op == "KGemmPack" and m.fields[7] for m in space.classes[c])
+        return bool(n.fields[7]) == short
 
     def fused(blas: float) -> Cost:
         def cost(c: int, n: ENode) -> float:
