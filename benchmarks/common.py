@@ -7,7 +7,7 @@ import os
 import statistics
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import numpy as np
 
@@ -46,6 +46,29 @@ def median_time(fn: Callable[[], object], repeats: int, warmup: int = 1,
         fn()
         times.append(time.perf_counter() - t0)
     return statistics.median(times)
+
+
+def interleaved(fns: Mapping[str, Callable[[], object]], repeats: int, least: float = 0.0,
+                rounds: int = 5, warmup: int = 1) -> dict[str, float]:
+    """Median wall time in seconds of each of `fns`, timed in turns: `rounds` rounds in
+    each of which every fn runs at least repeats / rounds times and least / rounds
+    seconds, after `warmup` runs each. A slow spell of the shared machine (seen here: the
+    same program 10-20% slower for tens of seconds) then falls on every peer alike, not
+    on whichever was being timed."""
+    for fn in fns.values():
+        for _ in range(warmup):
+            fn()
+    times: dict[str, list[float]] = {k: [] for k in fns}
+    per = max(1, -(-repeats // rounds))
+    for _ in range(rounds):
+        for k, fn in fns.items():
+            got: list[float] = []
+            while len(got) < per or sum(got) < least / rounds:
+                t0 = time.perf_counter()
+                fn()
+                got.append(time.perf_counter() - t0)
+            times[k] += got
+    return {k: statistics.median(v) for k, v in times.items()}
 
 
 _FLUSH: list[np.ndarray] = []

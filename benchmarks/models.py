@@ -16,8 +16,10 @@ SentenceEncoder and Classifier); `--search N` times N candidates per dim bucket
 (default 2: the CPU runtime's two fused seeds; 0: the unsearched
 baseline; a compile that finds the program in the artifact cache is quick:
 LUMOS_ARTIFACTS=off compiles anew). Its output is checked against the eager peer's before any
-timing counts. Every system is timed in the same run (medians of `--rounds`); ratios
-are lumos' throughput over the peer's (> 1: lumos is faster). Inductor compiles with
+timing counts. Every system is timed in the same run: SmolLM2's one after another
+(medians of `--rounds`), MiniLM's and MobileNetV2's in turns (`--rounds` rounds of at
+least 1 s of calls each: common.interleaved, so that a slow spell of the shared machine
+falls on all alike); ratios are lumos' throughput over the peer's (> 1: lumos is faster). Inductor compiles with
 freezing (weights as constants), its fastest inference setting on CPU. A model or peer
 that fails records its error and the run goes on. OpenMP keeps its default wait policy
 (recorded; threads spin briefly between parallel regions, as users get it): a SmolLM2
@@ -41,7 +43,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from common import median_time, openblas_core, read_bandwidth
+from common import interleaved, median_time, openblas_core, read_bandwidth
 
 from lumos.search import CompileOptions
 
@@ -79,6 +81,39 @@ def peer(systems: dict, name: str, wanted: set[str], fn: Callable[[], dict]) -> 
         systems[name] = {"skipped": f"not installed ({e.name or e})"}
     except Exception as e:  # record, and go on with the other peers
         systems[name] = {"error": error_text(e)}
+
+
+def prepare(systems: dict, calls: dict, name: str, wanted: set[str],
+            make: Callable[[], tuple[Callable[[], Any], dict]]) -> None:
+    """Set up one peer for `rates`: `make` gives its timed call and what else it reports
+    (its first call made); a peer not wanted, not installed or failing records why."""
+    if name.split(" ")[-1] not in wanted:
+        systems[name] = {"skipped": "not in --peers"}
+        return
+    try:
+        calls[name], systems[name] = make()
+    except ImportError as e:
+        systems[name] = {"skipped": f"not installed ({e.name or e})"}
+    except Exception as e:  # record, and go on with the other peers
+        systems[name] = {"error": error_text(e)}
+
+
+def rates(systems: dict, calls: dict[str, Callable[[], Any]], measure: str, batch: int,
+          rounds: int) -> None:
+    """Every prepared call timed in turns (common.interleaved: `rounds` rounds, at least 3 s
+    of calls each): `measure` = batch / its median time."""
+    for name, t in interleaved(calls, rounds, least=3.0, rounds=rounds).items():
+        systems[name][measure] = batch / t
+
+
+def no_grad(fn: Callable[[], Any]) -> Callable[[], Any]:
+    """`fn` run under torch.no_grad() (a peer's timed call)."""
+    import torch
+
+    def call() -> Any:
+        with torch.no_grad():
+            return fn()
+    return call
 
 
 def inductor(fn: Callable, *args: Any) -> tuple[Callable, float]:
@@ -231,10 +266,9 @@ def minilm(args: argparse.Namespace, read_bps: float) -> dict:
     ids = np.random.default_rng(0).integers(1000, 30000, (MINILM_BATCH, MINILM_SEQ))
     mask = np.ones_like(ids)
     got = enc.embed(ids, mask).copy()
-    lumos = {"compile_s": compile_s,
-             "sentences_s": MINILM_BATCH / median_time(lambda: enc.embed(ids, mask),
-                                                       args.rounds)}
-    r: dict = {"what": f"batch {MINILM_BATCH} x {MINILM_SEQ} tokens", "systems": {"lumos": lumos}}
+    r: dict = {"what": f"batch {MINILM_BATCH} x {MINILM_SEQ} tokens",
+               "systems": {"lumos": {"compile_s": compile_s}}}
+    calls: dict[str, Callable[[], Any]] = {"lumos": lambda: enc.embed(ids, mask)}
 
     class Embed(torch.nn.Module):
         """BertModel, then sentence-transformers' mean pooling and normalization."""
@@ -256,16 +290,12 @@ def minilm(args: argparse.Namespace, read_bps: float) -> dict:
     r["check"] = {"vs": "transformers BertModel + pooling", "max_abs_err": err,
                   "tolerance": 1e-4, "ok": err < 1e-4}
 
-    def rate(fn: Callable[[], Any]) -> float:
-        with torch.no_grad():
-            return MINILM_BATCH / median_time(fn, args.rounds)
-
-    def compiled() -> dict:
+    def compiled() -> tuple[Callable[[], Any], dict]:
         with torch.no_grad():
             fn, first_s = inductor(model, tid, tmask)
-        return {"sentences_s": rate(lambda: fn(tid, tmask)), "first_call_s": first_s}
+        return no_grad(lambda: fn(tid, tmask)), {"first_call_s": first_s}
 
-    def ort() -> dict:
+    def ort() -> tuple[Callable[[], Any], dict]:
         import onnxruntime
 
         with tempfile.TemporaryDirectory() as tmp:
@@ -278,16 +308,16 @@ def minilm(args: argparse.Namespace, read_bps: float) -> dict:
                                                 providers=["CPUExecutionProvider"])
         feed = {"ids": ids.astype(np.int64), "mask": mask.astype(np.int64)}
         out = sess.run(None, feed)[0]
-        return {"sentences_s": MINILM_BATCH / median_time(lambda: sess.run(None, feed),
-                                                          args.rounds),
-                "max_abs_err_vs_eager": float(np.abs(out - want).max()),
-                "version": onnxruntime.__version__}
+        return lambda: sess.run(None, feed), {
+            "max_abs_err_vs_eager": float(np.abs(out - want).max()),
+            "version": onnxruntime.__version__}
 
-    wanted = set(args.peers)
-    peer(r["systems"], "torch eager", wanted,
-         lambda: {"sentences_s": rate(lambda: model(tid, tmask))})
-    peer(r["systems"], "torch inductor", wanted, compiled)
-    peer(r["systems"], "onnxruntime", wanted, ort)
+    wanted, systems = set(args.peers), r["systems"]
+    prepare(systems, calls, "torch eager", wanted,
+            lambda: (no_grad(lambda: model(tid, tmask)), {}))
+    prepare(systems, calls, "torch inductor", wanted, compiled)
+    prepare(systems, calls, "onnxruntime", wanted, ort)
+    rates(systems, calls, "sentences_s", MINILM_BATCH, args.rounds)
     return r
 
 
@@ -307,11 +337,9 @@ def mobilenet(args: argparse.Namespace, read_bps: float) -> dict:
     compile_s = time.perf_counter() - t0
     x = np.random.default_rng(0).standard_normal((MOBILENET_BATCH, 3, 224, 224), np.float32)
     got = clf.probabilities(x).copy()
-    lumos = {"compile_s": compile_s,
-             "images_s": MOBILENET_BATCH / median_time(lambda: clf.probabilities(x),
-                                                       args.rounds)}
     r: dict = {"what": f"batch {MOBILENET_BATCH} x 3x224x224, softmax probabilities",
-               "systems": {"lumos": lumos}}
+               "systems": {"lumos": {"compile_s": compile_s}}}
+    calls: dict[str, Callable[[], Any]] = {"lumos": lambda: clf.probabilities(x)}
     model, tx = mobilenet_torch.load(weights), torch.from_numpy(x)
     probs = lambda a: model(a).softmax(-1)
     with torch.no_grad():
@@ -320,18 +348,15 @@ def mobilenet(args: argparse.Namespace, read_bps: float) -> dict:
     r["check"] = {"vs": "torch (torchvision's layout)", "max_abs_err": err, "tolerance": 1e-4,
                   "ok": err < 1e-4}
 
-    def rate(fn: Callable[[], Any]) -> float:
-        with torch.no_grad():
-            return MOBILENET_BATCH / median_time(fn, args.rounds)
-
-    def compiled() -> dict:
+    def compiled() -> tuple[Callable[[], Any], dict]:
         with torch.no_grad():
             fn, first_s = inductor(probs, tx)
-        return {"images_s": rate(lambda: fn(tx)), "first_call_s": first_s}
+        return no_grad(lambda: fn(tx)), {"first_call_s": first_s}
 
-    wanted = set(args.peers)
-    peer(r["systems"], "torch eager", wanted, lambda: {"images_s": rate(lambda: probs(tx))})
-    peer(r["systems"], "torch inductor", wanted, compiled)
+    wanted, systems = set(args.peers), r["systems"]
+    prepare(systems, calls, "torch eager", wanted, lambda: (no_grad(lambda: probs(tx)), {}))
+    prepare(systems, calls, "torch inductor", wanted, compiled)
+    rates(systems, calls, "images_s", MOBILENET_BATCH, args.rounds)
     return r
 
 

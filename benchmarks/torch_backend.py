@@ -1,12 +1,13 @@
 """Benchmark: torch.compile(backend="lumos") against eager PyTorch and inductor.
 
-Forward latency (the median of at least `--repeats` calls and 1 s of calls, after 3
-warm-up calls) and cold compile time (first call, compile included) of a
+Forward latency (the median of at least `--repeats` calls and 5 s of calls, after 3
+warm-up calls, the peers timed in turns: 5 rounds each; see common.interleaved) and cold
+compile time (first call, compile included) of a
 tiny Llama (h64, 2 layers, 1x16), a 44M-parameter Llama (h512, 4 layers, 1x128) and a
 small CNN (batch 8, 3x224x224), plus generate() tokens/s for the Llamas with
-`--generate` (the median of 3 generate() calls after the one that compiles). Random
-weights (transformers configs; nothing is downloaded). Peers run in the same process,
-one after another, with the same threads. lumos runs with the
+`--generate` (the median of 3 generate() calls after the one that compiles, in turns as
+well). Random weights (transformers configs; nothing is downloaded). Peers run in the
+same process with the same threads. lumos runs with the
 backend's default options (runtime "cpu", a search of `LIMIT` candidates per graph)
 unless `--runtime` / `--limit` say otherwise. Each compile starts from empty caches
 (lumos: kernels and artifacts; inductor: its FX graph and code caches) unless `--warm`.
@@ -33,7 +34,7 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from common import median_time, openblas_core
+from common import interleaved, openblas_core
 from torch import nn
 
 
@@ -99,49 +100,65 @@ def caches(root: Path | None) -> Iterator[None]:
             os.environ["LUMOS_CACHE"] = old
 
 
-def forward(model: nn.Module, args: tuple, backend: str | None, options: dict | None,
-            repeats: int, least: float, root: Path | None) -> dict[str, float]:
-    torch._dynamo.reset()
+def compiled(model: nn.Module, args: tuple, backend: str | None, options: dict | None,
+             root: Path | None) -> tuple[Callable[[], Any], float]:
+    """The model's forward on `args` through `backend` (None: eager), and its cold
+    compile time (the first call)."""
     f = model if backend is None else torch.compile(model, backend=backend, options=options)
-    with torch.no_grad():
-        with caches(root):
-            t0 = time.perf_counter()
-            f(*args)
-            cold = time.perf_counter() - t0
-        return {"compile_s": cold if backend else 0.0,
-                "latency_s": median_time(lambda: f(*args), repeats, warmup=3, least=least)}
+    with torch.no_grad(), caches(root):
+        t0 = time.perf_counter()
+        f(*args)
+        cold = time.perf_counter() - t0
+
+    def call() -> Any:
+        with torch.no_grad():
+            return f(*args)
+    return call, cold if backend else 0.0
 
 
-def generate(model: nn.Module, backend: str | None, options: dict | None, tokens: int,
-             root: Path | None) -> float:
-    torch._dynamo.reset()
-    fwd = model.forward
-    if backend is not None:
-        model.forward = torch.compile(fwd, backend=backend, options=options)
+def generator(model: nn.Module, backend: str | None, options: dict | None, tokens: int,
+              root: Path | None) -> Callable[[], Any]:
+    """A generate() of `tokens` new tokens with the model's forward compiled by `backend`
+    (None: eager), compiled here (prefill and decode) by a first call."""
+    fwd = type(model).forward.__get__(model)
+    peer_fwd = fwd if backend is None else torch.compile(fwd, backend=backend, options=options)
     prompt = ids(8)[0]
     kw = dict(max_new_tokens=tokens, min_new_tokens=tokens, do_sample=False, pad_token_id=0)
-    try:
-        with torch.no_grad():
-            with caches(root):
-                model.generate(prompt, **kw)  # compiles (prefill and decode)
-            return tokens / median_time(lambda: model.generate(prompt, **kw), 3, warmup=0)
-    finally:
-        model.forward = fwd
+
+    def run() -> Any:
+        model.forward = peer_fwd
+        try:
+            with torch.no_grad():
+                return model.generate(prompt, **kw)
+        finally:
+            del model.forward  # the class's forward again
+    with caches(root):
+        run()
+    return run
 
 
 def case(name: str, peers: dict[str, tuple], args: argparse.Namespace,
          root: Path | None) -> dict[str, Any]:
-    """One model through every peer: a table row each, and the ratio to inductor."""
+    """One model through every peer: a table row each, and the ratio to inductor. Each
+    peer compiles first; then all are timed in turns (`common.interleaved`)."""
     torch.manual_seed(0)
+    torch._dynamo.reset()
     model, inputs = CASES[name][args.quick]()
     row: dict[str, Any] = {}
+    calls = {}
     for peer, (backend, opts) in peers.items():
-        row[peer] = forward(model, inputs, backend, opts, args.repeats,
-                            0.0 if args.quick else 1.0, root)
-        if args.generate and name != "cnn":
-            row[peer]["tokens_per_s"] = generate(model, backend, opts,
-                                                 8 if args.quick else 32, root)
-        r = row[peer]
+        calls[peer], cold = compiled(model, inputs, backend, opts, root)
+        row[peer] = {"compile_s": cold}
+    for peer, t in interleaved(calls, args.repeats, 0.0 if args.quick else 5.0,
+                               warmup=3).items():
+        row[peer]["latency_s"] = t
+    if args.generate and name != "cnn":
+        tokens = 8 if args.quick else 32
+        runs = {peer: generator(model, backend, opts, tokens, root)
+                for peer, (backend, opts) in peers.items()}
+        for peer, t in interleaved(runs, 3, rounds=3, warmup=0).items():
+            row[peer]["tokens_per_s"] = tokens / t
+    for peer, r in row.items():
         print(f"{name:>9} {peer:>9} {r['latency_s'] * 1e3:>11.2f} {r['compile_s']:>10.1f} "
               f"{r.get('tokens_per_s', float('nan')):>7.1f}", flush=True)
     if {"inductor", "lumos"} <= set(row):
@@ -171,6 +188,9 @@ def main() -> None:
     every = {"eager": (None, None), "inductor": ("inductor", None),
              "lumos": ("lumos", options or None)}
     peers = {p: every[p] for p in args.peers.split(",")}
+    # every peer's graphs stay compiled side by side (timed in turns): room in dynamo's
+    # per-function cache for them all
+    torch._dynamo.config.recompile_limit = 64
     results: dict[str, Any] = {"benchmark": "torch_backend", "lumos_options": options,
                                "warm_caches": args.warm, "threads": torch.get_num_threads(),
                                "openblas_core": openblas_core(), "cases": {}}
