@@ -19,8 +19,10 @@ LUMOS_ARTIFACTS=off compiles anew). Its output is checked against the eager peer
 timing counts. Every system is timed in the same run: SmolLM2's one after another
 (medians of `--rounds`), MiniLM's and MobileNetV2's in turns (`--rounds` rounds of at
 least 1 s of calls each: common.interleaved, so that a slow spell of the shared machine
-falls on all alike); ratios are lumos' throughput over the peer's (> 1: lumos is faster). Inductor compiles with
-freezing (weights as constants), its fastest inference setting on CPU. A model or peer
+falls on all alike); ratios are lumos' throughput over the peer's (> 1: lumos is
+faster). Inductor compiles with freezing (weights as constants), its fastest inference
+setting on CPU; glibc's malloc keeps freed memory (common.keep_freed_memory: PyTorch's
+per-call tensors are not faulted in again each call). A model or peer
 that fails records its error and the run goes on. OpenMP keeps its default wait policy
 (recorded; threads spin briefly between parallel regions, as users get it): a SmolLM2
 decode step runs ~200 parallel kernels, and with OMP_WAIT_POLICY=passive each wakes its
@@ -43,7 +45,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from common import interleaved, median_time, openblas_core, read_bandwidth
+from common import interleaved, keep_freed_memory, median_time, openblas_core, read_bandwidth
 
 from lumos.search import CompileOptions
 
@@ -424,6 +426,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3, help="timed runs per measure (median)")
     ap.add_argument("--peers", nargs="+", choices=PEERS, default=list(PEERS))
     args = ap.parse_args()
+    keep_freed_memory()
     read_bps, threads = read_bandwidth(5)  # first: no runtime's worker threads yet
     import torch
     import torch._inductor.config

@@ -2,16 +2,17 @@
 
 Forward latency (the median of at least `--repeats` calls and 5 s of calls, after 3
 warm-up calls, the peers timed in turns: 5 rounds each; see common.interleaved) and cold
-compile time (first call, compile included) of a
-tiny Llama (h64, 2 layers, 1x16), a 44M-parameter Llama (h512, 4 layers, 1x128) and a
-small CNN (batch 8, 3x224x224), plus generate() tokens/s for the Llamas with
-`--generate` (the median of 3 generate() calls after the one that compiles, in turns as
-well). Random weights (transformers configs; nothing is downloaded). Peers run in the
-same process with the same threads. lumos runs with the
-backend's default options (runtime "cpu", a search of `LIMIT` candidates per graph)
-unless `--runtime` / `--limit` say otherwise. Each compile starts from empty caches
-(lumos: kernels and artifacts; inductor: its FX graph and code caches) unless `--warm`.
-Target: lumos >= 1.0x inductor on each, and a cold compile no slower than inductor's.
+compile time (first call, compile included) of a tiny Llama (h64, 2 layers, 1x16), a
+44M-parameter Llama (h512, 4 layers, 1x128) and a small CNN (batch 8, 3x224x224), plus
+generate() tokens/s for the Llamas with `--generate` (the median of 3 generate() calls
+after the one that compiles, in turns as well). Random weights (transformers configs;
+nothing is downloaded). Peers run in the same process with the same threads, glibc's
+malloc keeping freed memory (common.keep_freed_memory: PyTorch's per-call tensors are
+not faulted in again each call). lumos runs with the backend's default options (runtime
+"cpu", a search of `LIMIT` candidates per graph) unless `--runtime` / `--limit` say
+otherwise. Each compile starts from empty caches (lumos: kernels and artifacts;
+inductor: its FX graph and code caches) unless `--warm`. Target: lumos >= 1.0x inductor
+on each, and a cold compile no slower than inductor's.
 `--quick` checks the script at small sizes (the 44M Llama shrunk to h128, 2 layers,
 1x32; the CNN at batch 2, 3x64x64; 3 repeats; 8 generated tokens) and writes no JSON.
 
@@ -34,7 +35,7 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from common import interleaved, openblas_core
+from common import interleaved, keep_freed_memory, openblas_core
 from torch import nn
 
 
@@ -182,6 +183,7 @@ def main() -> None:
     ap.add_argument("--warm", action="store_true", help="keep the compile caches")
     ap.add_argument("--quick", action="store_true", help="small sizes, no JSON")
     args = ap.parse_args()
+    keep_freed_memory()
     args.repeats = args.repeats or (3 if args.quick else 20)
     options = {k: v for k, v in (("runtime", args.runtime), ("limit", args.limit))
                if v is not None}
