@@ -19,10 +19,11 @@ LUMOS_ARTIFACTS=off compiles anew). Its output is checked against the eager peer
 timing counts. Every system is timed in the same run: SmolLM2's one after another
 (medians of `--rounds`), MiniLM's and MobileNetV2's in turns (`--rounds` rounds of at
 least 1 s of calls each: common.interleaved, so that a slow spell of the shared machine
-falls on all alike); ratios are lumos' throughput over the peer's (> 1: lumos is
-faster). Inductor compiles with freezing (weights as constants), its fastest inference
-setting on CPU; glibc's malloc keeps freed memory (common.keep_freed_memory: PyTorch's
-per-call tensors are not faulted in again each call). A model or peer
+falls on all alike; onnxruntime after them); ratios are lumos' throughput over the
+peer's (> 1: lumos is faster). Inductor compiles with freezing (weights as constants),
+its fastest inference setting on CPU; glibc's malloc keeps freed memory
+(common.keep_freed_memory: PyTorch's per-call tensors are not faulted in again each
+call). A model or peer
 that fails records its error and the run goes on. OpenMP keeps its default wait policy
 (recorded; threads spin briefly between parallel regions, as users get it): a SmolLM2
 decode step runs ~200 parallel kernels, and with OMP_WAIT_POLICY=passive each wakes its
@@ -318,8 +319,12 @@ def minilm(args: argparse.Namespace, read_bps: float) -> dict:
     prepare(systems, calls, "torch eager", wanted,
             lambda: (no_grad(lambda: model(tid, tmask)), {}))
     prepare(systems, calls, "torch inductor", wanted, compiled)
-    prepare(systems, calls, "onnxruntime", wanted, ort)
     rates(systems, calls, "sentences_s", MINILM_BATCH, args.rounds)
+    # onnxruntime on its own, last: in turns, its threads (spinning after each run) made
+    # PyTorch's next calls slower (eager 62 -> 39 sentences/s, inductor 63 -> 43)
+    alone: dict[str, Callable[[], Any]] = {}
+    prepare(systems, alone, "onnxruntime", wanted, ort)
+    rates(systems, alone, "sentences_s", MINILM_BATCH, args.rounds)
     return r
 
 
