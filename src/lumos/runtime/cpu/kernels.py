@@ -106,7 +106,7 @@ class Pack:
     side: int
     body: Body
     shape: tuple[Expr, ...]
-    panels: bool = False  # the block's product by lumos' own kernel (B only), not OpenBLAS
+    panels: bool  # the block's product by lumos' own kernel (B only), not OpenBLAS
 
 
 @dataclass(frozen=True)
