@@ -260,6 +260,41 @@ def test_the_blas_seed_packs_a_large_im2col() -> None:
         genome = Genomes(space).preferring(seeds(space, {})[0], random.Random(0))
         chosen = [space.classes[c][i] for c, i in genome.items()]
         ops = [n.op for n in chosen]
-        assert ("KGemmPack" in ops) == packs and ("KGemm" in ops) != packs
+        short = c_in * 9 <= PANELS_MAX_K
+        assert ("KGemmPack" in ops) == (packs and short) and ("KGemm" in ops) != packs
+        assert ("KGemmWindows" in ops) == (packs and not short)
         assert [n.fields[7] for n in chosen if n.op == "KGemmPack"] == \
-            ([int(c_in * 9 <= PANELS_MAX_K)] if packs else [])
+            ([1] if packs and short else [])
+
+
+# -- a product that reads a convolution's windows where they lie (KGemmWindows) ----------
+
+WINDOWS = {  # name: (input shape, weight shape, conv2d arguments, whether offered)
+    "3x3": ((2, 3, 10, 12), (9, 3, 3, 3), {"padding": 1}, True),  # 9 rows: a partial strip
+    "5x5_one_image": ((1, 4, 7, 30), (8, 4, 5, 5), {"padding": 2}, True),
+    "1x3": ((2, 5, 6, 50), (16, 5, 1, 3), {"padding": (0, 1)}, True),  # no kernel rows
+    "unpadded": ((2, 3, 9, 9), (4, 3, 3, 3), {"padding": 0}, True),
+    "uneven_padding": ((2, 3, 9, 11), (4, 3, 2, 2), {"padding": "same"}, True),  # (0, 1)
+    "wide": ((1, 2, 3, 100), (20, 2, 3, 3), {"padding": 1}, True),  # tiles within a row
+    "strided": ((2, 3, 9, 11), (4, 3, 3, 3), {"padding": 1, "stride": 2}, False),
+    "dilated": ((2, 3, 9, 11), (4, 3, 3, 3), {"padding": 2, "dilation": 2}, False),
+}
+
+
+@pytest.mark.parametrize("name", WINDOWS)
+def test_a_product_that_reads_windows_matches_the_oracle(name: str) -> None:
+    """A stride-1 convolution's im2col product as lumos_gemm_windows: the input copied
+    with its padding, B's rows read where they lie in it, the padded columns dropped."""
+    xs, ws, args, offered = WINDOWS[name]
+    g, space = space_and_graph(lambda g: conv2d(g.tensor(xs, lumos.f32, "x"),
+                                                g.tensor(ws, lumos.f32, "w"), **args))
+    assert any(n.op == "KGemmWindows" for c in space.classes for n in c) == offered
+    if not offered:
+        return
+    genome = Genomes(space).preferring(lambda c, n: -float(n.op == "KGemmWindows"),
+                                       random.Random(0))
+    kernels = from_genome(space, genome, g.dims)
+    (pack,) = kernels.packs.values()  # and no kernel stores the windows
+    assert pack.windows and not any(n.op == "Map" for n in kernels.nodes)
+    assert re.search(r"lumos_gemm_windows\(\d+, ", checked_source(g, kernels))
+

@@ -48,6 +48,7 @@ from lumos.runtime.cpu.kernels import (
     in_row_blocks,
     packing,
     tiles,
+    windows,
 )
 from lumos.shape import Expr, Num, Var, View, simplify, z
 from lumos.shape.expr import ONE, ZERO
@@ -170,6 +171,8 @@ static inline float *lumos_tile(int j, int64_t n) {
   }
   return lumos_tile_p[j];
 }
+typedef float lumos_f32x16 __attribute__((vector_size(64)));
+typedef float lumos_f32x16u __attribute__((vector_size(64), aligned(4)));
 #if defined(__AVX512F__)
 #define LUMOS_PANELS 1
 /* C = A B for a block that a product packed itself (kernels.Pack.panels; B: k x n,
@@ -177,8 +180,6 @@ static inline float *lumos_tile(int j, int64_t n) {
    registers, those 8 rows of A first copied into scratch 1 as k columns of 8; B is read
    where it lies (OpenBLAS copies it into its own layout first: a cost that a short k does
    not repay). A(i, p) is a[i * sam + p * sak]. */
-typedef float lumos_f32x16 __attribute__((vector_size(64)));
-typedef float lumos_f32x16u __attribute__((vector_size(64), aligned(4)));
 static void lumos_gemm_panels(int64_t m, int64_t n, int64_t k, const float *a, int64_t sam,
                               int64_t sak, const float *b, int64_t ldb, float *c,
                               int64_t ldc) {
@@ -223,6 +224,46 @@ static void lumos_gemm_panels(int64_t m, int64_t n, int64_t k, const float *a, i
   }
 }
 #endif
+/* One panel of C = A B where B is a convolution's windows (kernels.Windows): B's row p is
+   `pd + koff[p]` along B's padded columns (an input padded copy, each row `pw` wide, of
+   which C keeps the first `w`). The 48 padded columns from j0 (of j) by all m rows, 8 at a
+   time in 24 vector registers, A packed as strips of k columns of 8 rows (`ap`); each
+   tile's rows then stored to C in runs that skip the padding. */
+static void lumos_gemm_windows(int64_t m, int64_t k, const float *ap, const float *pd,
+                               const int64_t *koff, int64_t j0, int64_t j, int64_t w,
+                               int64_t pw, float *c, int64_t ldc) {
+  const int64_t nr = j - j0 < 48 ? j - j0 : 48;
+  const float *bp = pd + j0;
+  for (int64_t i0 = 0; i0 < m; i0 += 8) {
+    const int64_t mr = m - i0 < 8 ? m - i0 : 8;
+    const float *a = ap + i0 * k;
+    lumos_f32x16 acc[8][3];
+    for (int i = 0; i < 8; i++)
+      for (int q = 0; q < 3; q++) acc[i][q] = (lumos_f32x16){0};
+    for (int64_t p = 0; p < k; p++) {
+      const float *b = bp + koff[p];
+      const lumos_f32x16 b0 = *(const lumos_f32x16u *)b, b1 = *(const lumos_f32x16u *)(b + 16),
+                         b2 = *(const lumos_f32x16u *)(b + 32);
+      for (int i = 0; i < 8; i++) {
+        const lumos_f32x16 x = (lumos_f32x16){0} + a[p * 8 + i];
+        acc[i][0] = LUMOS_FMA_F32X16(x, b0, acc[i][0]);
+        acc[i][1] = LUMOS_FMA_F32X16(x, b1, acc[i][1]);
+        acc[i][2] = LUMOS_FMA_F32X16(x, b2, acc[i][2]);
+      }
+    }
+    float t[8][48];
+    for (int i = 0; i < 8; i++)
+      for (int q = 0; q < 3; q++) *(lumos_f32x16u *)(t[i] + 16 * q) = acc[i][q];
+    for (int64_t l = 0; l < nr;) {
+      const int64_t row = (j0 + l) / pw, col = (j0 + l) % pw;
+      const int64_t run = pw - col < nr - l ? pw - col : nr - l;
+      const int64_t keep = w - col < run ? w - col : run;
+      for (int64_t i = 0; i < mr && keep > 0; i++)
+        memcpy(c + (i0 + i) * ldc + row * w + col, t[i] + l, (size_t)keep * sizeof(float));
+      l += run;
+    }
+  }
+}
 #endif
 
 static inline int64_t lumos_fdiv(int64_t a, int64_t b) {
@@ -659,7 +700,9 @@ class _Codegen:
         if n.op in ("SumReduce", "MaxReduce"):
             return self.reduce(n, self.g.bodies[i], out_index)
         if n.op == "Gemm":
-            return self.gemm_pack(n, self.g.packs[i]) if i in self.g.packs else self.gemm(n)
+            pack = self.g.packs.get(i)
+            return self.gemm(n) if pack is None else self.gemm_windows(n, pack) \
+                if pack.windows else self.gemm_pack(n, pack)
         if n.op == "Gather":
             return self.gather(n, out_index)
         if n.op == "Scatter":
@@ -1177,6 +1220,83 @@ class _Codegen:
             *([f"const int64_t z{pk.batch} = zg;"] if pk.batch is not None else []),
             *([] if pk.chunk_rows else [f"const int64_t pc = {blocked};"]), *fill, call,
             "}", "}"]
+
+    def gemm_windows(self, n: Node, pack: Pack) -> list[str]:
+        """A product whose B is a convolution's windows (kernels.Windows): A packed into
+        strips once; per batch index the
+        threads first copy the input with its padding (B's body at kernel offset 0 over
+        the widened output positions), then take panels of 48 padded columns
+        (`lumos_gemm_windows`)."""
+        assert n.axis is not None
+        bounds = self.dim_bounds
+        gm = gemm(n.views, n.axis, self.g.dims)
+        assert gm is not None, "a Gemm node without a BLAS layout"
+        shape = pack.shape
+        win = windows(gm, 1, shape, pack.body.view, self.g.dims)  # type: ignore[union-attr]
+        pk = packing(gm, 1, shape, self.g.dims)
+        assert win is not None and pk is not None, "windows that are no convolution's"
+        c = lambda e: self.ren(e).to_c(bounds)  # noqa: E731
+        lead, last = (pk.cols[0], pk.cols[-1]) if len(pk.cols) == 2 else (None, pk.cols[0])
+        hp = ONE if lead is None else win.extent(shape, lead)
+        wp = win.extent(shape, last)
+        chans = numel(tuple(shape[k] for k in win.channels))
+        # the padded copy: B's body at kernel offsets 0 (their axes of size 1 here)
+        paired = {r for r, _ in win.pairs}
+        cshape = tuple(ONE if k in paired or k == pk.batch else
+                       win.extent(shape, k) if k in pk.cols else e for k, e in enumerate(shape))
+        m = {} if pk.batch is None else {f"z{pk.batch}": Var("zg")}
+        batches = gm.batch[0] if gm.batch else ONE
+        sc = _Scope(f"z{last}", self.bounds(cshape) | {"zg": (0, self.ren(batches) - 1)},
+                    self._name)
+        stmts: list[str] = []
+        value = self.value(pack.body, m, cshape, sc, stmts, {}, root=True)
+        outer = [*win.channels, *(() if lead is None else (lead,))]
+        decomp = [f"const int64_t z{k} = zr / {c(numel(tuple(cshape[j] for j in outer[p + 1:])))}"
+                  f" % {c(cshape[k])};" for p, k in enumerate(outer)]
+        rows = c(chans * hp)
+        copy = [
+            "#pragma omp for schedule(static)",
+            f"for (int64_t zr = 0; zr < {rows}; zr++) {{", *decomp,
+            f"for (int64_t zb = 0; zb < ({c(wp)} + {BLOCK - 1}) / {BLOCK}; zb++) {{",
+            f"const int64_t lo = zb * {BLOCK}, hi = LUMOS_MIN(lo + {BLOCK}, {c(wp)});",
+            *sc.decls, "#pragma GCC ivdep",
+            f"for (int64_t z{last} = lo; z{last} < hi; z{last}++) {{", *stmts,
+            f"pd[zr * {c(wp)} + z{last}] = {value};", "}", "}", "}"]
+        # koff: each row of B (row-major over its axes) in the padded copy
+        off = sum((Var(f"z{k}") * numel(tuple(shape[j] for j in win.channels[p + 1:]))
+                   for p, k in enumerate(win.channels)), ZERO) * hp * wp
+        off = off + sum((Var(f"z{r}") * (wp if col == lead else ONE) for r, col in win.pairs),
+                        ZERO)
+        koff = [*(f"for (int64_t z{k} = 0; z{k} < {c(shape[k])}; z{k}++)" for k in pk.rows),
+                f"koff[zk++] = {self.ren(off).to_c(self.bounds(shape))};"]
+        other = gm.a
+        optr = self.arg(n.inputs[0])
+        lda = c(other.ld)
+        sam, sak = ("1", lda) if other.trans else (lda, "1")
+        k, mm = c(gm.k), c(gm.m)
+        pack_a = [f"for (int64_t s = 0; s < ({mm} + 7) / 8; s++)",
+                  f"for (int64_t p = 0; p < {k}; p++)", "for (int64_t i = 0; i < 8; i++)",
+                  f"ap[(s * {k} + p) * 8 + i] = s * 8 + i < {mm} ? "
+                  f"{optr}[{c(other.offset)} + (s * 8 + i) * {sam} + p * {sak}] "
+                  ": 0.0f;"]
+        cols = c(shape[lead] * wp if lead is not None else wp)
+        cstep = f" + zg * {c(gm.c_steps[0])}" if gm.batch else ""
+        work = self.ren(gm.m * gm.n * gm.k * batches).to_c(bounds)
+        return [
+            "{", f"float *restrict pd = lumos_tile(0, {c(chans * hp * wp)} + {2 * 48} + "
+            f"{c(wp)});",
+            f"float *restrict ap = lumos_tile(1, ({mm} + 7) / 8 * 8 * {k});",
+            f"int64_t *restrict koff = (int64_t *)lumos_tile(2, 2 * {k});",
+            "int64_t zk = 0;", *koff,
+            *pack_a,
+            f"#pragma omp parallel if({work} >= 131072) num_threads(lumos_threads())", "{",
+            f"for (int64_t zg = 0; zg < {c(batches)}; zg++) {{",
+            *copy,
+            "#pragma omp for schedule(static)",
+            f"for (int64_t zj = 0; zj < ({cols} + 47) / 48; zj++)",
+            f"lumos_gemm_windows({mm}, {k}, ap, pd, koff, zj * 48, {cols}, {c(shape[last])}, "
+            f"{c(wp)}, out{cstep}, {c(gm.ldc)});",
+            "}", "}", "}"]
 
     def gather(self, n: Node, out_index: Expr) -> list[str]:
         (ji, jd), (vi, vd) = n.inputs, n.views

@@ -40,7 +40,8 @@ LOWER = CORE + Rules.files(Path(__file__).with_name("lower_cpu.egg"),
 RULES = LOWER + Rules((), (Stage(bounded=("fuse",), rounds=FUSE_ROUNDS),))  # with fusion
 ELEMENTWISE = (*UNARY, *BINARY, "Cast")
 EXECUTABLE = frozenset({"Root", "Input", "Constant", "Iota", "Gather", "Scatter", "KMap",
-                        "KSumReduce", "KMaxReduce", "KOutput", "KGemm", "KGemmPack", "ELoad",
+                        "KSumReduce", "KMaxReduce", "KOutput", "KGemm", "KGemmPack",
+                        "KGemmWindows", "ELoad",
                         "EMaxReduce", "EGemm", *(f"E{op}" for op in ELEMENTWISE)})
 SHORT_AXIS = 16  # an inlined max reduction's axis: a constant length up to this
 
@@ -107,6 +108,7 @@ class Pack:
     body: Body
     shape: tuple[Expr, ...]
     panels: bool  # the block's product by lumos' own kernel (B only), not OpenBLAS
+    windows: bool  # B: a convolution's windows read where they lie (`windows`), not packed
 
 
 @dataclass(frozen=True)
@@ -276,6 +278,55 @@ def packing(gm: Gemm, side: int, shape: Sequence[Expr], bounds: Mapping) -> Pack
     return Packing(axes[0], rows, cols, chunk_rows)
 
 
+@dataclass(frozen=True)
+class Windows:
+    """B of a product (over the copy's `shape`, as `packing` lays it out) as the sliding
+    windows of a stride-1, undilated convolution: B's element at row axes (channels...,
+    kernel offsets...) and column axes (output positions...) depends only on the
+    channels and on each output position plus its paired kernel offset. So one padded
+    copy of the input per batch index, [channels][lead][last] with the paired column
+    axes widened by their kernel's size - 1, holds every window: B's row k starts at
+    `koff(k)` in it, and its columns run along the copy (a row of C at padded positions,
+    the widened positions then dropped)."""
+    pairs: tuple[tuple[int, int], ...]  # (row axis, column axis): a kernel offset's output axis
+    channels: tuple[int, ...]  # the other row axes
+
+    def extent(self, shape: Sequence[Expr], col: int) -> Expr:
+        """Column axis `col` in the padded copy: its size plus its kernel's size - 1."""
+        return next((shape[col] + shape[r] - 1 for r, c in self.pairs if c == col), shape[col])
+
+
+def windows(gm: Gemm, side: int, shape: Sequence[Expr], view: View,
+            bounds: Mapping) -> Windows | None:
+    """The Windows of `view` (the copy's read of its input, over `shape`) if factor `side`
+    of `gm` is B untransposed, one dense matrix of the copy (`packing`), at most two
+    column axes, A the same for every batch index, and the read is such a convolution's
+    windows (its index and validity the same after a kernel offset steps up and its
+    output position down)."""
+    pk = packing(gm, side, shape, bounds)
+    if pk is None or gm.b.input != side or gm.b.trans or len(pk.cols) > 2 or \
+            gm.batch and simplify(gm.a.steps[0], bounds) is not ZERO:  # A: one for all
+        return None
+    names = [f"z{k}" for k in range(len(shape))]
+    lin = _linear(view.index, names)
+    if lin is None:
+        return None
+    pairs = []
+    for c in pk.cols:
+        r = next((r for r in pk.rows if lin[1][r] is not ZERO and
+                  simplify(lin[1][r] - lin[1][c], {}) is ZERO), None)
+        if r is not None:
+            shift = {names[r]: Var(names[r]) + 1, names[c]: Var(names[c]) - 1}
+            if any(simplify(e.subs(shift), {}) is not simplify(e, {})
+                   for e in (view.index, view.valid)):
+                return None
+            pairs.append((r, c))
+    if not pairs:
+        return None
+    paired = {r for r, _ in pairs}
+    return Windows(tuple(pairs), tuple(r for r in pk.rows if r not in paired))
+
+
 def _elementwise(view: View) -> bool:
     """Whether `view` reads its buffer in the row-major order of its own shape, skipping
     only short constant axes (relu's and clamp's stacked pair) whose positions its
@@ -381,6 +432,9 @@ def cpu_space(space: SearchSpace, bounds: Mapping | None = None) -> SearchSpace:
             gm = gemm(gemm_views(n, b), n.fields[1], b)
             return gm is not None and packing(gm, n.fields[5], n.fields[6], b) is not None \
                 and (not n.fields[7] or gm.b.input == n.fields[5] and not gm.b.trans)
+        if n.op == "KGemmWindows":
+            gm = gemm(gemm_views(n, b), n.fields[1], b)
+            return gm is not None and windows(gm, 1, n.fields[5], n.fields[6], b) is not None
         if n.op == "EGemm":
             return gemm(gemm_views(n, b), n.fields[2], b) is not None and \
                 _elementwise(compose(n.fields[0], b))
@@ -466,7 +520,13 @@ def from_genome(space: SearchSpace, choice: Mapping[int, int] | Sequence[int],
             other = built[n.children[1 - side]]
             built[c] = k.add(Node("Gemm", tuple(dict.fromkeys((other, *loads(packed)))),
                                   gemm_views(n, bounds), f[0], k.nodes[other].dtype, axis=f[1]))
-            k.packs[built[c]] = Pack(side, packed, f[6], bool(f[7]))
+            k.packs[built[c]] = Pack(side, packed, f[6], bool(f[7]), False)
+        elif n.op == "KGemmWindows":  # inputs: A, then the buffer whose windows B copies
+            x = built[n.children[1]]
+            other = built[n.children[0]]
+            built[c] = k.add(Node("Gemm", tuple(dict.fromkeys((other, x))), gemm_views(n, bounds),
+                                  f[0], k.nodes[other].dtype, axis=f[1]))
+            k.packs[built[c]] = Pack(1, Load(x, f[6]), f[5], False, True)
         elif n.op in ("Input", "Constant", "Iota"):
             value = text_value(f[2]) if n.op == "Constant" else None
             built[c] = k.add(Node(n.op, (), (), f[0], as_dtype(f[1]),
@@ -626,21 +686,26 @@ def seeds(space: SearchSpace, env: Mapping[str, int]) -> tuple[Cost, Cost]:
                    for m in space.classes[c])
 
     def packed(c: int, n: ENode) -> bool:  # a copy read only by this product: not stored
-        g = next(m for m in space.classes[c] if m.op == "KGemm")
-        f = g.children[n.fields[5]]
-        if readers.get(f) != 1 or not copy(f) or _numel(n.fields[6], env) * 4 < PACK_MIN_BYTES:
+        side, bsh = (1, n.fields[5]) if n.op == "KGemmWindows" else n.fields[5:7]
+        other = n.children[0 if n.op == "KGemmWindows" else 1 - side]
+        f = next(g.children[side] for g in space.classes[c]  # (a commuted product: the other)
+                 if g.op == "KGemm" and g.children[1 - side] == other)
+        if readers.get(f) != 1 or not copy(f) or _numel(bsh, env) * 4 < PACK_MIN_BYTES:
             return False
-        # ... its blocks multiplied by lumos' own kernel where k is short (and it can)
+        # ... by lumos' own kernels where they can: k short, its blocks; else its windows
         gm = gemm(gemm_views(n, sizes), n.fields[1], sizes)
-        short = gm is not None and _numel((gm.k,), env) <= PANELS_MAX_K and \
-            any(m.op == "KGemmPack" and m.fields[7] for m in space.classes[c])
-        return bool(n.fields[7]) == short
+        short = gm is not None and _numel((gm.k,), env) <= PANELS_MAX_K
+        if n.op == "KGemmWindows":
+            return not short
+        win = not short and any(m.op == "KGemmWindows" for m in space.classes[c])
+        panels = short and any(m.op == "KGemmPack" and m.fields[7] for m in space.classes[c])
+        return not win and bool(n.fields[7]) == panels
 
     def fused(blas: float) -> Cost:
         def cost(c: int, n: ENode) -> float:
             if n.op == "KGemm":
                 return blas
-            if n.op == "KGemmPack":
+            if n.op in ("KGemmPack", "KGemmWindows"):
                 return 2 * blas if blas < 0 and packed(c, n) else 1.0
             if n.op.startswith("E") and any(m.op == "ELoad" for m in space.classes[c]):
                 if blas < 0 and tiled(c):
