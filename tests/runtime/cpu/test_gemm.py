@@ -249,22 +249,25 @@ def test_a_product_that_packs_its_factor_matches_the_oracle(name: str, panels: b
 
 def test_the_blas_seed_packs_a_large_im2col() -> None:
     """A copy of 4 MiB or more read only by a product (kernels.PACK_MIN_BYTES), its blocks
-    multiplied by lumos' own kernel where k is short (kernels.PANELS_MAX_K)."""
-    for batch, c_in, packs in ((1, 32, True), (8, 32, True), (None, 32, False), (1, 16, True)):
+    multiplied by lumos' own kernel where k is short (kernels.PANELS_MAX_K), else read as
+    windows where each image has enough positions (kernels.WINDOWS_MIN_COLUMNS), else
+    its blocks multiplied by OpenBLAS."""
+    for batch, c_in, size, kernel in ((1, 32, 112, "windows"), (8, 32, 112, "windows"),
+                                      (1, 32, 32, None), (1, 16, 112, "panels"),
+                                      (8, 64, 28, "blas")):
         g = lumos.Graph()
-        x = g.tensor((batch or 1, c_in, 112 if batch else 32, 112 if batch else 32),
-                     lumos.f32, "x")
+        x = g.tensor((batch, c_in, size, size), lumos.f32, "x")
         conv2d(x, g.tensor((64, c_in, 3, 3), lumos.f32, "w"), padding=1).output()
         (space,) = build_spaces(g, [{}], RULES)
         space = cpu_space(space)
         genome = Genomes(space).preferring(seeds(space, {})[0], random.Random(0))
         chosen = [space.classes[c][i] for c, i in genome.items()]
         ops = [n.op for n in chosen]
-        short = c_in * 9 <= PANELS_MAX_K
-        assert ("KGemmPack" in ops) == (packs and short) and ("KGemm" in ops) != packs
-        assert ("KGemmWindows" in ops) == (packs and not short)
+        assert ("KGemm" in ops) == (kernel is None)
+        assert ("KGemmWindows" in ops) == (kernel == "windows")
         assert [n.fields[7] for n in chosen if n.op == "KGemmPack"] == \
-            ([1] if packs and short else [])
+            {"panels": [1], "blas": [0]}.get(kernel, [])
+        assert (c_in * 9 <= PANELS_MAX_K) == (kernel == "panels")
 
 
 # -- a product that reads a convolution's windows where they lie (KGemmWindows) ----------

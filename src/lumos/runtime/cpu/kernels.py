@@ -567,6 +567,12 @@ PACK_MIN_BYTES = 4 << 20
 # is at most this (measured on the CNN's convolutions, ms: k = 27 4.4 -> 2.4; k = 288,
 # 576, 1152: 10.7 -> 11.3, 9.6 -> 11.2, 8.7 -> 11.5)
 PANELS_MAX_K = 256
+# ... or, k longer, read as a stride-1 convolution's windows where they lie (KGemmWindows)
+# where each image has at least this many output positions: its panels of 48 then split
+# evenly over the threads, its padding columns few (ms, windows / packed blocks by
+# OpenBLAS, batch 8: 112x112 32->64 8.6 / 11.4, 56x56 64->64 4.4 / 5.5, 28x28 128->256
+# 8.8 / 8.7, 14x14 256->256 6.6 / 4.4, 7x7 512->512 9.7 / 5.6)
+WINDOWS_MIN_COLUMNS = 1024
 
 
 def seeds(space: SearchSpace, env: Mapping[str, int]) -> tuple[Cost, Cost]:
@@ -582,7 +588,8 @@ def seeds(space: SearchSpace, env: Mapping[str, int]) -> tuple[Cost, Cost]:
     the faster on all but small products, so the second's timing is often cut short (see
     tune.timed). In the first, a large product read by one kernel (elementwise) is
     computed by it in row blocks (EGemm, `TILE_MIN_BYTES`, `TILE_MAX_B_BYTES`), and a large
-    copy read only by a product is packed by it (KGemmPack, `PACK_MIN_BYTES`). `env` gives
+    copy read only by a product is packed by it (KGemmPack, `PACK_MIN_BYTES`), or read
+    where it lies if it is a convolution's windows (KGemmWindows). `env` gives
     the dims' sizes. The search times the seeds like any other candidate."""
     readers: dict[int, int] = {}  # producer class -> kernels reading its buffer (HLIR edges)
     for nodes in space.classes:
@@ -695,9 +702,10 @@ def seeds(space: SearchSpace, env: Mapping[str, int]) -> tuple[Cost, Cost]:
         # ... by lumos' own kernels where they can: k short, its blocks; else its windows
         gm = gemm(gemm_views(n, sizes), n.fields[1], sizes)
         short = gm is not None and _numel((gm.k,), env) <= PANELS_MAX_K
+        wide = gm is not None and _numel((gm.n,), env) >= WINDOWS_MIN_COLUMNS
         if n.op == "KGemmWindows":
-            return not short
-        win = not short and any(m.op == "KGemmWindows" for m in space.classes[c])
+            return not short and wide
+        win = not short and wide and any(m.op == "KGemmWindows" for m in space.classes[c])
         panels = short and any(m.op == "KGemmPack" and m.fields[7] for m in space.classes[c])
         return not win and bool(n.fields[7]) == panels
 
