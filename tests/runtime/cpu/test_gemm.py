@@ -15,7 +15,15 @@ from lumos.egraph import build_spaces
 from lumos.nn.conv import conv2d
 from lumos.runtime.cpu import CpuRuntime, build
 from lumos.runtime.cpu import program as program_module
-from lumos.runtime.cpu.kernels import PANELS_MAX_K, RULES, cpu_space, from_genome, gemm, seeds
+from lumos.runtime.cpu.kernels import (
+    PANELS_MAX_K,
+    RULES,
+    cpu_space,
+    from_genome,
+    gemm,
+    seeds,
+    tiles,
+)
 from lumos.runtime.cpu.tune import matches, profiling_inputs
 from lumos.runtime.reference import run_hlir
 from lumos.search import CompileOptions, Genomes
@@ -243,8 +251,27 @@ def test_a_product_that_packs_its_factor_matches_the_oracle(name: str, panels: b
     assert pack.panels == (panels and offered)
     assert not any(n.op == "Map" and n.shape == pack.shape for n in kernels.nodes)
     source = checked_source(g, kernels)
-    assert "t0 = lumos_tile(0, S" in source
-    assert bool(re.search(r"lumos_gemm_panels\(.*, t0, ", source)) == pack.panels
+    assert "pk = lumos_tile(0, S" in source
+    assert bool(re.search(r"lumos_gemm_panels\(.*, pk, ", source)) == pack.panels
+
+
+@pytest.mark.parametrize("panels", [False, True])
+def test_a_packed_factor_may_read_a_product(panels: bool) -> None:
+    """A packed factor whose body reads another product computed by the kernel (EGemm):
+    that product is run whole first (a genome the search may reach: a scaled score matrix
+    packed for its product with the values)."""
+    def make(g: lumos.Graph) -> lumos.Tensor:
+        s = g.tensor((12, 20), lumos.f32, "x") @ g.tensor((20, 16), lumos.f32, "w")
+        return g.tensor((7, 12), lumos.f32, "b") @ (s * 2.0 + 1.0)
+    g, space = space_and_graph(make)
+    inner = lambda n: n.op == "EGemm" and [int(e) for e in n.fields[1]] == [12, 16]  # noqa: E731
+    genome = Genomes(space).preferring(
+        lambda c, n: -3.0 if n.op == "KGemmPack" and bool(n.fields[7]) == panels else
+        -2.0 if inner(n) else -float(n.op in ("EMul", "EAdd")), random.Random(0))
+    kernels = from_genome(space, genome, g.dims)
+    (pack,) = kernels.packs.values()
+    assert pack.panels == panels and tiles(pack.body)
+    assert "(float *)malloc(" in checked_source(g, kernels)
 
 
 def test_the_blas_seed_packs_a_large_im2col() -> None:

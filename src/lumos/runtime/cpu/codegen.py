@@ -693,16 +693,21 @@ class _Codegen:
         n = self.g.nodes[i]
         shape = n.shape
         out_index = self.prep(View.contiguous(shape).index, shape)
-        b = self.g.bodies.get(i)
+        pack = self.g.packs.get(i)
+        b = self.g.bodies.get(i) or (pack.body if pack is not None else None)
         self.tiles = {t.gemm: j for j, t in enumerate(tiles(b))} if b is not None else {}
         self.tile_out = simplify(out_index, self.bounds(shape))
         self.tile_rows = True
         if n.op in ("SumReduce", "MaxReduce"):
             return self.reduce(n, self.g.bodies[i], out_index)
         if n.op == "Gemm":
-            pack = self.g.packs.get(i)
-            return self.gemm(n) if pack is None else self.gemm_windows(n, pack) \
-                if pack.windows else self.gemm_pack(n, pack)
+            if pack is None:
+                return self.gemm(n)
+            if pack.windows:
+                return self.gemm_windows(n, pack)
+            # a product the packed body reads (EGemm) is run whole first
+            lines = self.gemm_pack(n, pack)
+            return self.whole_products(lines) if self.tiles else lines
         if n.op == "Gather":
             return self.gather(n, out_index)
         if n.op == "Scatter":
@@ -1172,7 +1177,7 @@ class _Codegen:
                  f"const int64_t lo = {lo} + zb * {BLOCK}, hi = LUMOS_MIN(lo + {BLOCK}, {hi});",
                  *sc.decls, "#pragma GCC ivdep",
                  f"for (int64_t z{inner} = lo; z{inner} < hi; z{inner}++) {{", *stmts,
-                 f"t0[{target}] = {value};", "}", "}"]
+                 f"pk[{target}] = {value};", "}", "}"]
         k = c(gm.k)
         blocked = f"(q1 - q0) * {c(rest)}"  # rows (A) or columns (B) of this block
         start = f"q0 * {c(rest)}"
@@ -1186,14 +1191,14 @@ class _Codegen:
         if is_a:  # the block's rows of C, all its columns
             own_ld = f"(blasint)LUMOS_MAX({blocked if mat.trans else k}, 1)"
             call = (f"scipy_cblas_sgemm(CblasRowMajor, {tr(mat)}, {tr(other)}, "
-                    f"(blasint)({blocked}), (blasint){c(gm.n)}, (blasint){k}, 1.0f, t0, {own_ld}, "
+                    f"(blasint)({blocked}), (blasint){c(gm.n)}, (blasint){k}, 1.0f, pk, {own_ld}, "
                     f"{optr}, {ld(other, gm.k if other.trans else gm.n)}, 0.0f, "
                     f"{cout} + {start} * {c(gm.ldc)}, (blasint)LUMOS_MAX({c(gm.ldc)}, 1));")
         else:  # all rows of C, the block's columns
             own_ld = f"(blasint)LUMOS_MAX({k if mat.trans else blocked}, 1)"
             call = (f"scipy_cblas_sgemm(CblasRowMajor, {tr(other)}, {tr(mat)}, "
                     f"(blasint){c(gm.m)}, (blasint)({blocked}), (blasint){k}, 1.0f, "
-                    f"{optr}, {ld(other, gm.m if other.trans else gm.k)}, t0, {own_ld}, 0.0f, "
+                    f"{optr}, {ld(other, gm.m if other.trans else gm.k)}, pk, {own_ld}, 0.0f, "
                     f"{cout} + {start}, (blasint)LUMOS_MAX({c(gm.ldc)}, 1));")
             if pack.panels:
                 assert not mat.trans, "lumos_gemm_panels reads B untransposed"
@@ -1201,7 +1206,7 @@ class _Codegen:
                 sam, sak = ("1", lda) if other.trans else (lda, "1")
                 call = "\n".join([
                     "#ifdef LUMOS_PANELS",
-                    f"lumos_gemm_panels({c(gm.m)}, {blocked}, {k}, {optr}, {sam}, {sak}, t0, "
+                    f"lumos_gemm_panels({c(gm.m)}, {blocked}, {k}, {optr}, {sam}, {sak}, pk, "
                     f"{blocked}, {cout} + {start}, {c(gm.ldc)});",
                     "#else", call, "#endif"])
         batches = c(gm.batch[0]) if gm.batch else "1"
@@ -1212,7 +1217,7 @@ class _Codegen:
             f"{c(rest)}, 1), ({PACK_MIN_WIDTH} + {c(rest)} - 1) / {c(rest)}), 1), {size});",
             f"const int64_t NQ = ({size} + S - 1) / S;",
             f"#pragma omp parallel if({work} >= 131072) num_threads(lumos_threads())", "{",
-            f"float *restrict t0 = lumos_tile(0, S * {c(rest)} * LUMOS_MAX({k}, 1));",
+            f"float *restrict pk = lumos_tile(0, S * {c(rest)} * LUMOS_MAX({k}, 1));",
             "#pragma omp for schedule(static)",
             f"for (int64_t zc = 0; zc < {batches} * NQ; zc++) {{",
             "const int64_t zg = zc / NQ, q0 = zc % NQ * S, q1 = LUMOS_MIN(q0 + S, "
