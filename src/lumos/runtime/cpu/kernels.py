@@ -567,11 +567,12 @@ PACK_MIN_BYTES = 4 << 20
 # is at most this (measured on the CNN's convolutions, ms: k = 27 4.4 -> 2.4; k = 288,
 # 576, 1152: 10.7 -> 11.3, 9.6 -> 11.2, 8.7 -> 11.5)
 PANELS_MAX_K = 256
-# ... or, k longer, read as a stride-1 convolution's windows where they lie (KGemmWindows)
+# ... unless it is a stride-1 convolution's windows, read where they lie (KGemmWindows),
 # where each image has at least this many output positions: its panels of 48 then split
-# evenly over the threads, its padding columns few (ms, windows / packed blocks by
-# OpenBLAS, batch 8: 112x112 32->64 8.6 / 11.4, 56x56 64->64 4.4 / 5.5, 28x28 128->256
-# 8.8 / 8.7, 14x14 256->256 6.6 / 4.4, 7x7 512->512 9.7 / 5.6)
+# evenly over the threads, its padding columns few (ms, batch 8, windows / packed blocks
+# by OpenBLAS / by lumos_gemm_panels: 224x224 3->32 4.5 / 5.5 / 4.6, 112x112 16->32 2.2 /
+# 3.6 / 2.9, 112x112 32->64 8.6 / 11.4, 56x56 64->64 4.4 / 5.5, 28x28 128->256 8.8 / 8.7,
+# 14x14 256->256 6.6 / 4.4, 7x7 512->512 9.7 / 5.6)
 WINDOWS_MIN_COLUMNS = 1024
 
 
@@ -699,13 +700,13 @@ def seeds(space: SearchSpace, env: Mapping[str, int]) -> tuple[Cost, Cost]:
                  if g.op == "KGemm" and g.children[1 - side] == other)
         if readers.get(f) != 1 or not copy(f) or _numel(bsh, env) * 4 < PACK_MIN_BYTES:
             return False
-        # ... by lumos' own kernels where they can: k short, its blocks; else its windows
+        # ... by lumos' own kernels where they can: its windows; else, k short, its blocks
         gm = gemm(gemm_views(n, sizes), n.fields[1], sizes)
         short = gm is not None and _numel((gm.k,), env) <= PANELS_MAX_K
         wide = gm is not None and _numel((gm.n,), env) >= WINDOWS_MIN_COLUMNS
         if n.op == "KGemmWindows":
-            return not short and wide
-        win = not short and wide and any(m.op == "KGemmWindows" for m in space.classes[c])
+            return wide
+        win = wide and any(m.op == "KGemmWindows" for m in space.classes[c])
         panels = short and any(m.op == "KGemmPack" and m.fields[7] for m in space.classes[c])
         return not win and bool(n.fields[7]) == panels
 
