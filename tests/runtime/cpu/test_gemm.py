@@ -239,7 +239,8 @@ def test_a_product_that_packs_its_factor_matches_the_oracle(name: str, panels: b
     B untransposed) by lumos_gemm_panels: rows and columns that fill no whole 8 x 48 tile
     (4 rows; 873-column blocks), k short and long."""
     g, space = space_and_graph(PACKED[name])
-    inline = lambda n: n.op.startswith("E") and n.op not in ("ELoad", "EGemm")  # noqa: E731
+    inline = lambda n: n.op.startswith("E") and n.op not in ("ELoad", "EGemm",  # noqa: E731
+                                                             "EGemmWindows")
     genome = Genomes(space).preferring(
         lambda c, n: -float(inline(n)) if n.op != "KGemmPack" else
         -2.0 if bool(n.fields[7]) == panels else -1.0, random.Random(0))
@@ -290,7 +291,8 @@ def test_the_blas_seed_packs_a_large_im2col() -> None:
         chosen = [space.classes[c][i] for c, i in genome.items()]
         ops = [n.op for n in chosen]
         assert ("KGemm" in ops) == (kernel is None)
-        assert ("KGemmWindows" in ops) == (kernel == "windows")
+        # (k short, the windows product is computed by the output's copy: EGemmWindows)
+        assert ("KGemmWindows" in ops or "EGemmWindows" in ops) == (kernel == "windows")
         assert [n.fields[7] for n in chosen if n.op == "KGemmPack"] == \
             {"panels": [1], "blas": [0]}.get(kernel, [])
 
@@ -326,3 +328,57 @@ def test_a_product_that_reads_windows_matches_the_oracle(name: str) -> None:
     assert pack.windows and not any(n.op == "Map" for n in kernels.nodes)
     assert re.search(r"lumos_gemm_windows\(\d+, ", checked_source(g, kernels))
 
+
+
+# -- a kernel that computes the windows product it reads, in bands (EGemmWindows) --------
+
+def conv_then(reader: str, batch: int = 2, c_out: int = 9):
+    """A 3x3 convolution of (batch, 3, 10, 12), scaled and shifted per channel, then
+    `reader`: relu and a 2x2 max pool, a 3x3 stride-2 pool (windows that overlap), one
+    with padding (its reads step across rows in the flat product: no band), relu alone,
+    or a channels-last copy."""
+    def make(g: lumos.Graph) -> lumos.Tensor:
+        x = g.tensor((batch, 3, 10, 12), lumos.f32, "x")
+        y = conv2d(x, g.tensor((c_out, 3, 3, 3), lumos.f32, "w"), padding=1)
+        y = y * g.tensor((c_out, 1, 1), lumos.f32, "s") + g.tensor((c_out, 1, 1), lumos.f32, "b")
+        if reader == "pool":
+            return lumos.max_pool2d(lumos.relu(y), 2)
+        if reader.endswith("_pool"):
+            return lumos.max_pool2d(y, 3, stride=2, padding=int(reader == "padded_pool"))
+        return lumos.relu(y) if reader == "relu" else y.permute(0, 2, 3, 1).contiguous()
+    return make
+
+
+@pytest.mark.parametrize(("reader", "batch", "c_out", "banded"), [
+    ("pool", 2, 9, True), ("pool", 1, 16, True), ("overlapping_pool", 2, 8, True),
+    ("padded_pool", 2, 8, False), ("relu", 2, 9, True), ("channels_last", 2, 9, False)])
+def test_a_kernel_computes_the_windows_product_it_reads_in_bands(
+        reader: str, batch: int, c_out: int, banded: bool) -> None:
+    """The reader runs the product band of image rows by band (codegen.banded), its
+    outputs from the band in its scratch: offered only where the reader's axes are the
+    product's batch, rows and image rows in order (kernels.band), not to a padded pool
+    (its reads step across rows of the flat product) or a channels-last copy."""
+    g, space = space_and_graph(conv_then(reader, batch, c_out))
+    inline = lambda n: n.op.startswith("E") and n.op not in ("ELoad", "EGemm")  # noqa: E731
+    genome = Genomes(space).preferring(
+        lambda c, n: -3.0 if n.op == "EGemmWindows" else -2.0 if n.op == "KGemmWindows" else
+        -float(inline(n)), random.Random(0))
+    program = from_genome(space, genome, g.dims)
+    assert [n.op for n in program.nodes if n.op not in ("Input", "Constant")] == \
+        ["Output"] if banded else ["Gemm", "Output"]  # banded: the product never stored
+    assert ("for (int64_t zq = 0; zq < NB; zq++)" in checked_source(g, program)) == banded
+
+
+def test_the_blas_seed_runs_a_short_convolution_in_its_pool() -> None:
+    """The seed fuses a convolution into the pool reading it where k is short (the
+    3-channel stem: memory-bound), not where it is long."""
+    for c_in, size, fused in ((3, 224, True), (32, 112, False)):
+        g = lumos.Graph()
+        x = g.tensor((1, c_in, size, size), lumos.f32, "x")
+        y = conv2d(x, g.tensor((32, c_in, 3, 3), lumos.f32, "w"), padding=1)
+        lumos.max_pool2d(lumos.relu(y), 2).output()
+        (space,) = build_spaces(g, [{}], RULES)
+        space = cpu_space(space)
+        genome = Genomes(space).preferring(seeds(space, {})[0], random.Random(0))
+        ops = [space.classes[c][i].op for c, i in genome.items()]
+        assert ("EGemmWindows" in ops) == fused and ("KGemmWindows" in ops) != fused

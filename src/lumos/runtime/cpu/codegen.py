@@ -33,16 +33,18 @@ from lumos.dtype import DType, bf16, f16, from_numpy_value
 from lumos.graph import live_nodes
 from lumos.hlir import UNARY, Node
 from lumos.logs import enabled
-from lumos.runtime.cpu.cc import Unit
+from lumos.runtime.cpu.cc import CompileError, Unit
 from lumos.runtime.cpu.kernels import (
     Apply,
     Body,
+    Gemm,
     Kernels,
     Load,
     Matrix,
     Pack,
     Reduce,
     Tile,
+    band,
     body_loads,
     gemm,
     in_row_blocks,
@@ -461,6 +463,26 @@ class Layout:
         return dict(self.inplace)
 
 
+@dataclass
+class _WindowsCode:
+    """A windows product's code (codegen.windows_code): `setup` (the scratch pd, ap and
+    koff, A packed), `copy` (batch index zg's padded copy, a worksharing loop), and C
+    expressions: rows m, depth k, padded width wp (an Expr), batch indices, padded columns
+    of an image, its output width and height, the work."""
+    gm: Gemm
+    c: Callable[[Expr], str]
+    setup: list[str]
+    copy: list[str]
+    m: str
+    k: str
+    wp: Expr
+    batches: str
+    cols: str
+    width: str
+    height: str
+    work: str
+
+
 class _Scope:
     """One loop level with variable `var`: expressions linear in it get their base
     hoisted into `decls` (emitted just before the loop); others are inlined."""
@@ -519,6 +541,9 @@ class _Codegen:
         self.tiles: dict[Node, int] = {}  # per kernel: the products it runs (Tile) -> number
         self.tile_out: Expr = ZERO  # per kernel: its output's flat index
         self.tile_rows = True  # per kernel: every Tile read is at the output's position
+        self.windowed: list[Tile] = []  # per kernel: its windows products (banded)
+        self.band_reads: list[tuple[int, int]] = []  # per kernel: (step, offset) of each read
+        self.windows_made: dict[Node, _WindowsCode] = {}  # per kernel: their code
 
     def _name(self) -> str:
         self._count += 1
@@ -615,6 +640,8 @@ class _Codegen:
             *sc.decls, "#pragma omp simd" if loop else "#pragma GCC ivdep",  # outputs never
             f"for (int64_t {zl} = lo; {zl} < hi; {zl}++) {{", *inner, "}",  # alias inputs
             *(["}"] if loop else []), *after, "}"]  # (restrict is lost in omp)
+        if self.windowed:
+            return self.banded(shape, bounds, blocks, work)
         if self.tiles:
             return self.tiled(shape, active, bounds, blocks, work) or \
                 self.whole_products(lines + blocks)
@@ -696,8 +723,11 @@ class _Codegen:
         pack = self.g.packs.get(i)
         b = self.g.bodies.get(i) or (pack.body if pack is not None else None)
         self.tiles = {t.gemm: j for j, t in enumerate(tiles(b))} if b is not None else {}
+        self.windowed = [t for t in tiles(b) if t.windows is not None] if b is not None else []
         self.tile_out = simplify(out_index, self.bounds(shape))
         self.tile_rows = True
+        self.band_reads = []
+        self.windows_made = {}
         if n.op in ("SumReduce", "MaxReduce"):
             return self.reduce(n, self.g.bodies[i], out_index)
         if n.op == "Gemm":
@@ -763,11 +793,25 @@ class _Codegen:
 
     def tile_read(self, b: Tile, m: dict, shape: tuple[Expr, ...], sc: _Scope) -> str:
         """A product's element from the block of it the kernel holds (`t<j>`, its rows
-        from `tb` on); notes whether the read is at the output's own position."""
+        from `tb` on; a windows product's: its band of padded image rows from `r0` on,
+        `bw` wide); notes whether the read is at the output's own position, or the rows a
+        band reads."""
         index, valid = (simplify(self.prep(e.subs(m), shape), sc.bounds)
                         for e in (b.view.index, b.view.valid))
         if valid is ZERO:
             return "0.0f"
+        if b.windows is not None:
+            gm = gemm(b.gemm.views, b.gemm.axis, self.g.dims)  # type: ignore[arg-type]
+            at = None if gm is None else band(index, gm, b.windows.shape, sc.bounds)
+            if at is None or not at.offset.is_num or at.row != "z1" or at.line != "z2" or \
+                    at.batch not in (None, "z0") or len(shape) < 4 or \
+                    simplify(shape[1] - gm.m, sc.bounds) is not ZERO:  # type: ignore[union-attr]
+                raise CompileError("a windows product read outside a band of its rows")
+            self.band_reads.append((at.step, at.offset.value))
+            wp = self.windows_code(b.gemm, b.windows).wp
+            pos = Var("z1") * Var("bw") + (at.image_row() - Var("r0")) * self.ren(wp) + at.col
+            raw = f"t{self.tiles[b.gemm]}[{sc.index(simplify(pos, sc.bounds))}]"
+            return raw if valid is ONE else f"({sc.pred(valid)} ? {raw} : 0.0f)"
         if simplify(index - self.tile_out, sc.bounds) is not ZERO:
             self.tile_rows = False
         raw = f"t{self.tiles[b.gemm]}[{sc.index(index)} - tb]"
@@ -1228,10 +1272,31 @@ class _Codegen:
 
     def gemm_windows(self, n: Node, pack: Pack) -> list[str]:
         """A product whose B is a convolution's windows (kernels.Windows): A packed into
-        strips once; per batch index the
-        threads first copy the input with its padding (B's body at kernel offset 0 over
-        the widened output positions), then take panels of 48 padded columns
-        (`lumos_gemm_windows`)."""
+        strips once; per batch index the threads first copy the input with its padding
+        (B's body at kernel offset 0 over the widened output positions), then take panels
+        of 48 padded columns (`lumos_gemm_windows`)."""
+        w = self.windows_code(n, pack)
+        cstep = f" + zg * {w.c(w.gm.c_steps[0])}" if w.gm.batch else ""
+        return [
+            "{", *w.setup,
+            f"#pragma omp parallel if({w.work} >= 131072) num_threads(lumos_threads())", "{",
+            f"for (int64_t zg = 0; zg < {w.batches}; zg++) {{",
+            *w.copy,
+            "#pragma omp for schedule(static)",
+            f"for (int64_t zj = 0; zj < ({w.cols} + 47) / 48; zj++)",
+            f"lumos_gemm_windows({w.m}, {w.k}, ap, pd, koff, zj * 48, {w.cols}, {w.width}, "
+            f"{w.c(w.wp)}, out{cstep}, {w.c(w.gm.ldc)});",
+            "}", "}", "}"]
+
+    def windows_code(self, n: Node, pack: Pack) -> _WindowsCode:
+        """The parts of a windows product's code (see gemm_windows and banded), made once
+        per kernel."""
+        if n in self.windows_made:
+            return self.windows_made[n]
+        self.windows_made[n] = made = self._windows_code(n, pack)
+        return made
+
+    def _windows_code(self, n: Node, pack: Pack) -> _WindowsCode:
         assert n.axis is not None
         bounds = self.dim_bounds
         gm = gemm(n.views, n.axis, self.g.dims)
@@ -1279,29 +1344,73 @@ class _Codegen:
         lda = c(other.ld)
         sam, sak = ("1", lda) if other.trans else (lda, "1")
         k, mm = c(gm.k), c(gm.m)
-        pack_a = [f"for (int64_t s = 0; s < ({mm} + 7) / 8; s++)",
-                  f"for (int64_t p = 0; p < {k}; p++)", "for (int64_t i = 0; i < 8; i++)",
-                  f"ap[(s * {k} + p) * 8 + i] = s * 8 + i < {mm} ? "
-                  f"{optr}[{c(other.offset)} + (s * 8 + i) * {sam} + p * {sak}] "
-                  ": 0.0f;"]
-        cols = c(shape[lead] * wp if lead is not None else wp)
-        cstep = f" + zg * {c(gm.c_steps[0])}" if gm.batch else ""
-        work = self.ren(gm.m * gm.n * gm.k * batches).to_c(bounds)
-        return [
-            "{", f"float *restrict pd = lumos_tile(0, {c(chans * hp * wp)} + {2 * 48} + "
-            f"{c(wp)});",
+        setup = [
+            f"float *restrict pd = lumos_tile(0, {c(chans * hp * wp)} + {2 * 48} + {c(wp)});",
             f"float *restrict ap = lumos_tile(1, ({mm} + 7) / 8 * 8 * {k});",
             f"int64_t *restrict koff = (int64_t *)lumos_tile(2, 2 * {k});",
             "int64_t zk = 0;", *koff,
-            *pack_a,
-            f"#pragma omp parallel if({work} >= 131072) num_threads(lumos_threads())", "{",
-            f"for (int64_t zg = 0; zg < {c(batches)}; zg++) {{",
-            *copy,
+            f"for (int64_t s = 0; s < ({mm} + 7) / 8; s++)",
+            f"for (int64_t p = 0; p < {k}; p++)", "for (int64_t i = 0; i < 8; i++)",
+            f"ap[(s * {k} + p) * 8 + i] = s * 8 + i < {mm} ? "
+            f"{optr}[{c(other.offset)} + (s * 8 + i) * {sam} + p * {sak}] : 0.0f;"]
+        return _WindowsCode(gm, c, setup, copy, mm, k, wp, c(batches),
+                            c(shape[lead] * wp if lead is not None else wp), c(shape[last]),
+                            c(shape[lead]) if lead is not None else "1",
+                            self.ren(gm.m * gm.n * gm.k * batches).to_c(bounds))
+
+    def banded(self, shape: tuple[Expr, ...], bounds: dict, blocks: list[str],
+               work: Expr | None) -> list[str]:
+        """The kernel's loops around the windows product it reads (a Tile with windows):
+        per batch index the padded copy, then bands of its output rows (axis 2) on the
+        threads: each computes the product's image rows the band reads (`band`) into its
+        scratch (`t0`, padded rows, all the product's rows), then the band's outputs."""
+        (t,) = self.windowed
+        j = self.tiles[t.gemm]
+        if len(self.tiles) > 1 or len(shape) < 4 or not self.band_reads:
+            raise CompileError("a windows product read by a kernel that is not banded")
+        w = self.windows_code(t.gemm, t.windows)  # type: ignore[arg-type]
+        step = max(s for s, _ in self.band_reads)
+        if any(s != step for s, _ in self.band_reads):
+            raise CompileError("a windows product read at rows of two steps")
+        lo = min(o for _, o in self.band_reads)
+        hi = max(o for _, o in self.band_reads)
+        c = lambda e: self.ren(e).to_c(bounds)  # noqa: E731
+        rows_out = c(shape[2])
+        # output rows per band: its product rows (padded) in about TILE_FLOATS * 4 floats
+        per = f"LUMOS_MAX(1, {TILE_FLOATS * 2} / ({w.m} * {w.c(w.wp)} * {step}))"
+        w0 = None if work is None else self.ren(work).to_c(bounds)
+        return [
+            "{", *w.setup,
+            # bands of at most `per` rows: the fewest panels per thread (rounds of bands
+            # on the threads times each band's panels of 48, its last one partial)
+            f"const int64_t RM = LUMOS_MIN({per}, {rows_out}), NT = lumos_threads();",
+            "int64_t RB = 1, least = INT64_MAX;",
+            "for (int64_t rb = 1; rb <= RM; rb++) {",
+            f"const int64_t rounds = (({rows_out} + rb - 1) / rb + NT - 1) / NT;",
+            f"const int64_t panels = (({step} * rb + {hi} - {lo}) * {w.c(w.wp)} + 47) / 48;",
+            "if (rounds * panels < least) { least = rounds * panels; RB = rb; }", "}",
+            f"const int64_t NB = ({rows_out} + RB - 1) / RB;",
+            f"#pragma omp parallel if({w0 or 0} >= {PARALLEL_MIN}) num_threads(lumos_threads())",
+            "{",
+            f"float *restrict t{j} = lumos_tile(3, {w.m} * ({step} * RB + {hi} - {lo}) * "
+            f"{w.c(w.wp)} + 48);",
+            f"for (int64_t zg = 0; zg < {w.batches}; zg++) {{",
+            *w.copy,
             "#pragma omp for schedule(static)",
-            f"for (int64_t zj = 0; zj < ({cols} + 47) / 48; zj++)",
-            f"lumos_gemm_windows({mm}, {k}, ap, pd, koff, zj * 48, {cols}, {c(shape[last])}, "
-            f"{c(wp)}, out{cstep}, {c(gm.ldc)});",
-            "}", "}", "}"]
+            "for (int64_t zq = 0; zq < NB; zq++) {",
+            f"const int64_t q0 = zq * RB, q1 = LUMOS_MIN(q0 + RB, {rows_out});",
+            f"const int64_t r0 = LUMOS_MAX({step} * q0 + {lo}, 0), "
+            f"r1 = LUMOS_MIN({step} * (q1 - 1) + {hi} + 1, {w.height});",
+            f"const int64_t bw = (r1 - r0) * {w.c(w.wp)};",
+            "for (int64_t j0 = 0; j0 < bw; j0 += 48)",
+            f"lumos_gemm_windows({w.m}, {w.k}, ap, pd + r0 * {w.c(w.wp)}, koff, j0, bw, "
+            f"{w.c(w.wp)}, {w.c(w.wp)}, t{j}, bw);",
+            *(["const int64_t z0 = zg;"] if shape[0] is not ONE else []),
+            f"for (int64_t z1 = 0; z1 < {c(shape[1])}; z1++)",
+            "for (int64_t z2 = q0; z2 < q1; z2++)",
+            *[f"for (int64_t z{k} = 0; z{k} < {c(shape[k])}; z{k}++)"
+              for k in range(3, len(shape) - 1) if shape[k] is not ONE],
+            "{", *blocks, "}", "}", "}", "}", "}"]
 
     def gather(self, n: Node, out_index: Expr) -> list[str]:
         (ji, jd), (vi, vd) = n.inputs, n.views
