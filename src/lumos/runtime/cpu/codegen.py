@@ -1387,12 +1387,13 @@ class _Codegen:
             "int64_t RB = 1, least = INT64_MAX;",
             "for (int64_t rb = 1; rb <= RM; rb++) {",
             f"const int64_t rounds = (({rows_out} + rb - 1) / rb + NT - 1) / NT;",
-            f"const int64_t panels = (({step} * rb + {hi} - {lo}) * {w.c(w.wp)} + 47) / 48;",
+            f"const int64_t panels = (({step} * (rb - 1) + {hi - lo + 1}) * {w.c(w.wp)} + 47) "
+            "/ 48;",
             "if (rounds * panels < least) { least = rounds * panels; RB = rb; }", "}",
             f"const int64_t NB = ({rows_out} + RB - 1) / RB;",
             f"#pragma omp parallel if({w0 or 0} >= {PARALLEL_MIN}) num_threads(lumos_threads())",
             "{",
-            f"float *restrict t{j} = lumos_tile(3, {w.m} * ({step} * RB + {hi} - {lo}) * "
+            f"float *restrict t{j} = lumos_tile(3, {w.m} * ({step} * (RB - 1) + {hi - lo + 1}) * "
             f"{w.c(w.wp)} + 48);",
             f"for (int64_t zg = 0; zg < {w.batches}; zg++) {{",
             *w.copy,

@@ -781,9 +781,10 @@ def seeds(space: SearchSpace, env: Mapping[str, int]) -> tuple[Cost, Cost]:
                 not any(m.op == "EGemmWindows" for m in space.classes[c]):
             return False
         p = load.children[0]
-        # ... where k is short: a longer convolution, compute-bound, ran 7-10% slower so
-        # (a C harness: 56x56 64->128 + relu + 2x2 pool 9.1 -> 10.3 ms; 224x224 3->32
-        # 5.1 -> 2.9 ms)
+        # ... where k is short, the product bound by writing its output (a C harness of
+        # conv + relu + 2x2 pool, ms: 224x224 3->32 4.6 -> 3.0); a longer one gains little
+        # there (112x112 32->64 9.8 -> 9.3, 56x56 64->128 9.0 -> 9.2) and nothing in the
+        # CNN (32.9 -> 33.1 ms, median of 3 runs each, its fused kernels more variable)
         gms = [gemm(gemm_views(m, sizes), m.fields[1], sizes) for m in space.classes[p]
                if m.op == "KGemmWindows" and packed(p, m)]
         return any(gm is not None and _numel((gm.k,), env) <= PANELS_MAX_K for gm in gms)
