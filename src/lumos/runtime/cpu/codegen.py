@@ -1376,7 +1376,7 @@ class _Codegen:
         hi = max(o for _, o in self.band_reads)
         c = lambda e: self.ren(e).to_c(bounds)  # noqa: E731
         rows_out = c(shape[2])
-        # output rows per band: its product rows (padded) in about TILE_FLOATS * 4 floats
+        # output rows per band at most: its product rows (padded) in TILE_FLOATS * 2 floats
         per = f"LUMOS_MAX(1, {TILE_FLOATS * 2} / ({w.m} * {w.c(w.wp)} * {step}))"
         w0 = None if work is None else self.ren(work).to_c(bounds)
         return [
