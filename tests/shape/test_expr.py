@@ -165,6 +165,11 @@ def test_build_time_identities():
     assert (225 + 2 * x) % 224 is (1 + 2 * x) % 224  # the constant reduced modulo 224
     assert simplify((225 + 2 * x) % 224, {"z0": (0, 111)}) is 1 + 2 * x  # (a pool's column)
     assert (-1 + x) % 4 is (x - 1) % 4  # (a negative one left: x - 1 may be in range)
+    # one quotient over the bounds: x % m is x - q*m (a padded window's column, x >= 1)
+    assert simplify((55 + x) % 56, {"z0": (1, 55)}) is x - 1
+    assert simplify((55 + x) % 56, {"z0": (0, 55)}) is (55 + x) % 56  # (two quotients)
+    # decided after the build rewrote it: (2*y) % 16 is 2*(y % 8), and y % 8 is y below 8
+    assert simplify((2 * z(1)) % 16, {"z1": (0, 7)}) is 2 * z(1)
     assert s + t_ is t_ + s and s * t_ is t_ * s
     assert (s + 1) * 2 is 2 * s + 2
     assert s - s is Num(0) and s // s is Num(1) and s % s is Num(0)

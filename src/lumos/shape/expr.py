@@ -818,6 +818,8 @@ def simplify(e: Expr, bounds: Bounds) -> Expr:
             r = _BUILD[op](a, b)
             if r.op == op:
                 r = _decide(r, bounds)
+            elif r.op == "sum" and r is not e:  # (2*z) % 16 built as 2*(z % 8): decide those
+                r = go(r)
         lo, hi = nrange(r, bounds, nmemo)
         if lo is not None and lo == hi:
             r = Num(lo)
@@ -832,6 +834,10 @@ def _decide(e: Expr, bounds: Bounds) -> Expr:
     if op in ("fdiv", "mod"):
         if _nonneg(a, bounds) and proves_lt(a, b, bounds):
             return ZERO if op == "fdiv" else a
+        if op == "mod" and b.op == "num" and b.args[0] > 0:  # one quotient q: a - q * b
+            lo, hi = nrange(a, bounds)
+            if lo is not None and hi is not None and lo // b.args[0] == hi // b.args[0]:
+                return a - (lo // b.args[0]) * b.args[0]
         return _drop_remainder(e, bounds)
     if op in ("min", "max"):
         if proves_lt(a, b + 1, bounds):  # a <= b

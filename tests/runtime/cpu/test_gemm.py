@@ -12,6 +12,7 @@ import pytest
 
 import lumos
 from lumos.egraph import build_spaces
+from lumos.graph import live_nodes
 from lumos.nn.conv import conv2d
 from lumos.runtime.cpu import CpuRuntime, build
 from lumos.runtime.cpu import program as program_module
@@ -178,15 +179,19 @@ def tiled_program(make, reader) -> tuple[lumos.Graph, str, list]:
 @pytest.mark.parametrize("name", [n for n in CASES if n in TILED or n in BATCH_LEFT])
 def test_a_product_run_by_its_reader_matches_the_oracle(name: str, reader: str) -> None:
     """In row blocks where its reader is elementwise and its rows are the output's
-    leading axes (lumos_tile: no Gemm kernel, no buffer for the product); else the product
-    whole into a scratch buffer just before the reader's loops (a batch of products, a
-    reader of whole rows)."""
+    leading axes (lumos_tile: no Gemm kernel, no buffer for the product); in bands of the
+    rows a band of the reader's lines reads where those lines are an axis of known size
+    before its last (codegen.row_banded: a reader of whole rows, 3 x 12 or 2 x 3 x 5 sums);
+    else the product whole into a scratch buffer just before the reader's loops (a batch
+    of products, a reader of whole rows with one axis or a symbolic one)."""
     make, row_blocks = READERS[reader]
     _, source, nodes = tiled_program(CASES[name][0], make)
     assert not any(n.op == "Gemm" for n in nodes)
     blocks = row_blocks and BATCH_LEFT.get(name, 0) == 0
+    bands = not row_blocks and name in ("broadcast_batch", "merged_rows", "sliced_merged_rows")
     assert ("t0 = lumos_tile(0, R" in source) == blocks
-    assert ("t0 = (float *)malloc(" in source) != blocks
+    assert ("const int64_t q0 = zq %" in source) == bands
+    assert ("t0 = (float *)malloc(" in source) != (blocks or bands)
 
 
 def test_a_transposed_read_of_a_product_is_no_tile() -> None:
@@ -240,7 +245,7 @@ def test_a_product_that_packs_its_factor_matches_the_oracle(name: str, panels: b
     (4 rows; 873-column blocks), k short and long."""
     g, space = space_and_graph(PACKED[name])
     inline = lambda n: n.op.startswith("E") and n.op not in ("ELoad", "EGemm",  # noqa: E731
-                                                             "EGemmWindows")
+                                                             "EGemmWindows", "ERows")
     genome = Genomes(space).preferring(
         lambda c, n: -float(inline(n)) if n.op != "KGemmPack" else
         -2.0 if bool(n.fields[7]) == panels else -1.0, random.Random(0))
@@ -359,7 +364,7 @@ def test_a_kernel_computes_the_windows_product_it_reads_in_bands(
     product's batch, rows and image rows in order (kernels.band), not to a padded pool
     (its reads step across rows of the flat product) or a channels-last copy."""
     g, space = space_and_graph(conv_then(reader, batch, c_out))
-    inline = lambda n: n.op.startswith("E") and n.op not in ("ELoad", "EGemm")  # noqa: E731
+    inline = lambda n: n.op.startswith("E") and n.op not in ("ELoad", "EGemm", "ERows")  # noqa: E731
     genome = Genomes(space).preferring(
         lambda c, n: -3.0 if n.op == "EGemmWindows" else -2.0 if n.op == "KGemmWindows" else
         -float(inline(n)), random.Random(0))
@@ -382,3 +387,63 @@ def test_the_blas_seed_runs_a_short_convolution_in_its_pool() -> None:
         genome = Genomes(space).preferring(seeds(space, {})[0], random.Random(0))
         ops = [space.classes[c][i].op for c, i in genome.items()]
         assert ("EGemmWindows" in ops) == fused and ("KGemmWindows" in ops) != fused
+
+
+# -- a kernel computed in bands by the kernel reading it (lower_cpu.egg's ERows) ----------
+
+def inverted_residual(stride: int, batch: int = 2, height: int = 9, width: int = 7):
+    """MobileNetV2's block, channels-last: a 1x1 expansion 4 -> 24 with batch norm and
+    relu6 (a product's epilogue), then a 3x3 depthwise convolution (padding 1, `stride`)
+    with its own, reading the expansion at 9 shifted positions."""
+    def make(g: lumos.Graph) -> lumos.Tensor:
+        x = g.tensor((batch, height, width, 4), lumos.f32, "x")
+        y = conv2d(x, g.tensor((24, 4, 1, 1), lumos.f32, "we"), channels_last=True)
+        y = lumos.clamp(y * g.tensor((24,), lumos.f32, "s1") + g.tensor((24,), lumos.f32, "b1"),
+                        0.0, 6.0)
+        y = conv2d(y, g.tensor((24, 1, 3, 3), lumos.f32, "wd"), stride=stride, padding=1,
+                   groups=24, channels_last=True)
+        return lumos.clamp(y * g.tensor((24,), lumos.f32, "s2"), 0.0, 6.0)
+    return make
+
+
+@pytest.mark.parametrize(("stride", "batch", "height", "width"),
+                         [(1, 2, 9, 7), (2, 2, 9, 7), (2, 1, 16, 16), (1, 1, 30, 5)])
+def test_a_kernel_computes_the_expansion_it_reads_in_bands(
+        stride: int, batch: int, height: int, width: int) -> None:
+    """The depthwise convolution runs the expansion's relu6 band of its rows by band
+    (codegen.row_banded): the product's rows a band of output rows reads (the rows above
+    and below included), then the epilogue into scratch, then the band's outputs; the
+    expansion is never stored (no kernel computes it, no Gemm) and the result is the
+    oracle's (batches of one and two, an odd height, bands cut short at the edges)."""
+    g, space = space_and_graph(inverted_residual(stride, batch, height, width))
+    inline = lambda n: n.op.startswith("E") and n.op not in ("ELoad", "EGemm", "ERows")  # noqa: E731
+    readers: dict[int, set[int]] = {}  # a max-reduction kernel -> its reads offering ERows
+    for c, alts in enumerate(space.classes):
+        for n in alts:
+            if n.op == "ERows":
+                readers.setdefault(n.children[0], set()).add(c)
+    rows_read = max(readers.values(), key=len)  # the relu6 the taps read (the inner clamp:
+    # read by the outer alone; the depthwise's: by the output)
+    genome = Genomes(space).preferring(
+        lambda c, n: -3.0 if n.op == "ERows" and c in rows_read else -2.0 if n.op == "EGemm"
+        else 1.0 if n.op == "ERows" else -float(inline(n)), random.Random(0))
+    program = from_genome(space, genome, g.dims)
+    source = checked_source(g, program)
+    live = [program.nodes[i].op for i in live_nodes(program)
+            if program.nodes[i].op not in ("Input", "Constant")]
+    assert "Gemm" not in live and len([n for n in live if n == "MaxReduce"]) <= 1
+    assert "const int64_t q0 = zq %" in source and "sizeof(float) + 1)" not in source
+
+
+def test_the_blas_seed_bands_an_expansion_read_by_a_strided_convolution() -> None:
+    """The seed computes a large expansion's relu6 in bands where a stride-2 depthwise
+    convolution reads it (4x fewer outputs: the expansion never stored), not where a
+    stride-1 one does (measured no faster) nor below kernels.TILE_MIN_BYTES."""
+    for stride, height, banded in ((2, 112, True), (1, 112, False), (2, 56, False)):
+        g = lumos.Graph()
+        inverted_residual(stride, 8, height, height)(g).output()
+        (space,) = build_spaces(g, [{}], RULES)
+        space = cpu_space(space)
+        genome = Genomes(space).preferring(seeds(space, {})[0], random.Random(0))
+        ops = [space.classes[c][i].op for c, i in genome.items()]
+        assert ("ERows" in ops) == banded, (stride, height)

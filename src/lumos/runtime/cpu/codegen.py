@@ -29,7 +29,7 @@ from itertools import pairwise, product
 
 import numpy as np
 
-from lumos.dtype import DType, bf16, f16, from_numpy_value
+from lumos.dtype import DType, bf16, f16, f32, from_numpy_value
 from lumos.graph import live_nodes
 from lumos.hlir import UNARY, Node
 from lumos.logs import enabled
@@ -43,12 +43,15 @@ from lumos.runtime.cpu.kernels import (
     Matrix,
     Pack,
     Reduce,
+    Rows,
     Tile,
     band,
+    band_steps,
     body_loads,
     gemm,
     in_row_blocks,
     packing,
+    rows,
     tiles,
     windows,
 )
@@ -59,6 +62,9 @@ from lumos.shape.view import numel
 BLOCK = 2048  # innermost-axis elements per parallel task (at most PRELUDE's lumos_zero_row)
 TILE_FLOATS = 24576  # a row block of a product run by its reader (Tile): 96 KiB, in L2
 TILES = 4  # products one kernel may run in row blocks (more: each whole, first)
+BAND_FLOATS = 1 << 17  # a band of a product's rows its reader runs (row_banded): 512 KiB
+# (MobileNetV2's 112x112 16->96 expansion read by a stride-2 depthwise convolution, ms:
+# 3.0-3.2 at 256 KiB, 2.8-3.0 at 512, 3.0-3.1 at 1 MiB)
 PACK_FLOATS = 262144  # a block of a factor a product packs itself (Pack): 1 MiB, about L2
 PACK_MIN_WIDTH = 256  # ... but at least this many of its M or N (narrower products are slow)
 PARALLEL_MIN = 1 << 15  # below this many elements of work a kernel runs on one thread
@@ -541,6 +547,13 @@ class _Codegen:
         self.tiles: dict[Node, int] = {}  # per kernel: the products it runs (Tile) -> number
         self.tile_out: Expr = ZERO  # per kernel: its output's flat index
         self.tile_rows = True  # per kernel: every Tile read is at the output's position
+        # per kernel: (offset, steps) of each Tile read where valid, None if not linear
+        self.row_reads: list[tuple[int, list[int]] | None] = []
+        self.guard: Expr = ONE  # what the reads of an inlined max must also check
+        self.rows_in: list[Rows] = []  # per kernel: the kernels it computes in bands
+        self.rows_names: dict[int, str] = {}  # ... their scratch, by body (unique names)
+        self.out, self.out_shift = "out", ""  # where a kernel writes (a band: scratch s0)
+        self.filling = False  # generating a Rows' kernel for a band of its rows
         self.windowed: list[Tile] = []  # per kernel: its windows products (banded)
         self.band_reads: list[tuple[int, int]] = []  # per kernel: (step, offset) of each read
         self.windows_made: dict[Node, _WindowsCode] = {}  # per kernel: their code
@@ -567,6 +580,8 @@ class _Codegen:
         """Producer `j`'s element at `index` as stored (0 where `valid` is 0)."""
         n = self.g.nodes[j]
         zero = f"({storage(n.dtype)})0"
+        if self.guard is not ONE and n.op != "Constant":  # (a constant reads no memory)
+            valid = simplify(valid & self.guard, sc.bounds)
         if valid is ZERO:
             return zero
         if n.op == "Constant":
@@ -640,10 +655,20 @@ class _Codegen:
             *sc.decls, "#pragma omp simd" if loop else "#pragma GCC ivdep",  # outputs never
             f"for (int64_t {zl} = lo; {zl} < hi; {zl}++) {{", *inner, "}",  # alias inputs
             *(["}"] if loop else []), *after, "}"]  # (restrict is lost in omp)
+        if self.filling:  # a Rows kernel's band: its product's rows, then its outputs there
+            band = self.tiled(shape, active, bounds, blocks, work) if self.tiles else None
+            if band is None:
+                raise _NoFill
+            return band
         if self.windowed:
             return self.banded(shape, bounds, blocks, work)
+        if self.rows_in:
+            return self.row_banded(shape, active, bounds, blocks, work) or self.rows_whole(
+                (self.tiled(shape, active, bounds, blocks, work) or
+                 self.whole_products(lines + blocks)) if self.tiles else lines + blocks)
         if self.tiles:
             return self.tiled(shape, active, bounds, blocks, work) or \
+                self.row_banded(shape, active, bounds, blocks, work) or \
                 self.whole_products(lines + blocks)
         return lines + blocks
 
@@ -671,20 +696,15 @@ class _Codegen:
             return None
         lead, mid = active[:split], active[split:-1]
 
-        def ld(mat: Matrix, width: Expr) -> str:
-            return f"(blasint)LUMOS_MAX(LUMOS_MAX({c(mat.ld)}, {c(width)}), 1)"
-        trans = lambda mat: "CblasTrans" if mat.trans else "CblasNoTrans"  # noqa: E731
-        calls = []
-        for j, (t, gm) in enumerate(zip(self.tiles, layouts, strict=True)):
-            a, b = gm.a, gm.b
-            rows = "r0" if a.trans else f"r0 * {c(a.ld)}"
-            calls.append(
-                f"scipy_cblas_sgemm(CblasRowMajor, {trans(a)}, {trans(b)}, (blasint)(r1 - r0), "
-                f"(blasint){c(n)}, (blasint){c(gm.k)}, 1.0f, "
-                f"{self.arg(t.inputs[a.input])} + {c(a.offset)} + {rows}, "
-                f"{ld(a, m if a.trans else gm.k)}, {self.arg(t.inputs[b.input])} + "
-                f"{c(b.offset)}, {ld(b, gm.k if b.trans else n)}, 0.0f, t{j}, "
-                f"(blasint)LUMOS_MAX({c(n)}, 1));")
+        calls = [self.tile_rows_call(t, gm, j, bounds)
+                 for j, (t, gm) in enumerate(zip(self.tiles, layouts, strict=True))]
+        rows_at = ["for (int64_t zq = r0; zq < r1; zq++) {",
+                   *[f"const int64_t z{k} = zq / {c(size(lead[p + 1:]))} % {c(shape[k])};"
+                     for p, k in enumerate(lead)],
+                   *[f"for (int64_t z{k} = 0; z{k} < {c(shape[k])}; z{k}++)" for k in mid],
+                   *blocks, "}"]
+        if self.filling:
+            return [*calls, *rows_at] if len(calls) == 1 else None
         w = None if work is None else self.ren(work)
         par = [] if w is None or (w.is_num and w.value < PARALLEL_MIN) else \
             [f"#pragma omp parallel if({w.to_c()} >= {PARALLEL_MIN}) num_threads(lumos_threads())"]
@@ -696,12 +716,157 @@ class _Codegen:
                 *(["#pragma omp for schedule(static)"] if par else []),
                 f"for (int64_t zc = 0; zc < ({c(m)} + R - 1) / R; zc++) {{",
                 f"const int64_t r0 = zc * R, r1 = LUMOS_MIN(r0 + R, {c(m)}), tb = r0 * {c(n)};",
-                *calls,
-                "for (int64_t zq = r0; zq < r1; zq++) {",
-                *[f"const int64_t z{k} = zq / {c(size(lead[p + 1:]))} % {c(shape[k])};"
-                  for p, k in enumerate(lead)],
-                *[f"for (int64_t z{k} = 0; z{k} < {c(shape[k])}; z{k}++)" for k in mid],
-                *blocks, "}", "}", "}"]
+                *calls, *rows_at, "}", "}"]
+
+    def tile_rows_call(self, t: Node, gm: Gemm, j: int, bounds: dict) -> str:
+        """The cblas_sgemm that runs rows [r0, r1) of product `t` (rows `n` apart) into
+        scratch `t<j>`."""
+        c = lambda e: self.ren(e).to_c(bounds)  # noqa: E731
+
+        def ld(mat: Matrix, width: Expr) -> str:
+            return f"(blasint)LUMOS_MAX(LUMOS_MAX({c(mat.ld)}, {c(width)}), 1)"
+        trans = lambda mat: "CblasTrans" if mat.trans else "CblasNoTrans"  # noqa: E731
+        a, b = gm.a, gm.b
+        rows = "r0" if a.trans else f"r0 * {c(a.ld)}"
+        return (f"scipy_cblas_sgemm(CblasRowMajor, {trans(a)}, {trans(b)}, (blasint)(r1 - r0), "
+                f"(blasint){c(gm.n)}, (blasint){c(gm.k)}, 1.0f, "
+                f"{self.arg(t.inputs[a.input])} + {c(a.offset)} + {rows}, "
+                f"{ld(a, gm.m if a.trans else gm.k)}, {self.arg(t.inputs[b.input])} + "
+                f"{c(b.offset)}, {ld(b, gm.k if b.trans else gm.n)}, 0.0f, t{j}, "
+                f"(blasint)LUMOS_MAX({c(gm.n)}, 1));")
+
+    def row_banded(self, shape: tuple[Expr, ...], active: list[int], bounds: dict,
+                   blocks: list[str], work: Expr | None) -> list[str] | None:
+        """The kernel's loops over bands of its lines (an axis L), around the one product
+        it reads (Tile) or the one kernel it computes (Rows): each thread runs the rows of
+        it that a band of lines reads into its scratch, then the band's outputs. The
+        reads, where valid, are linear in the loop variables with the same steps
+        (kernels.band_steps), so the rows a band reads lie between its first line's least
+        offset and its last line's greatest plus the span of the axes after L. L: the
+        outermost axis (not the last) one line of which reads at most BAND_FLOATS; lines
+        per band: as many as fit, at most a quarter of L's. None where the reads are not
+        so, or a Rows kernel is not a product's rows plus an epilogue."""
+        if self.rows_in:
+            if len(self.rows_in) != 1 or self.tiles:
+                return None
+            fill = self.fill(self.rows_in[0])
+            if fill is None:
+                return None
+            gm, fill_lines = fill
+            name = self.rows_names[id(self.rows_in[0].body)]
+        else:
+            if len(self.tiles) != 1:
+                return None
+            ((t, j),) = self.tiles.items()
+            gm = gemm(t.views, t.axis, self.g.dims)  # type: ignore[arg-type]
+            if gm is None:
+                return None
+            fill_lines = [self.tile_rows_call(t, gm, j, bounds)]
+            name = f"t{j}"
+        if not self.row_reads or None in self.row_reads or not in_row_blocks(gm, bounds) or \
+                not gm.n.is_num or not gm.m.vars() <= set(self.g.dims):
+            return None
+        reads = [r for r in self.row_reads if r is not None]
+        steps = reads[0][1]
+        if any(r[1] != steps for r in reads):
+            return None
+        sizes = [self.ren(e) for e in shape]
+        n = gm.n.value
+        lo, hi = min(r[0] for r in reads), max(r[0] for r in reads)
+
+        def span(after: int) -> int | None:  # the flat positions one line's reads cover
+            inner = [k for k in active if k > after]
+            if not all(sizes[k].is_num for k in inner):
+                return None
+            return hi - lo + sum(steps[k] * (sizes[k].value - 1) for k in inner)
+        spans = {k: span(k) for k in active[:-1] if sizes[k].is_num}
+        axis = next((k for k, sp in spans.items() if sp is not None and
+                     (sp // n + 2) * n <= BAND_FLOATS), None)
+        if axis is None:
+            return None
+        inner_span, size_l = spans[axis], sizes[axis].value
+        assert inner_span is not None
+        fit = (BAND_FLOATS // n - 2 - inner_span // n) * n // max(steps[axis], 1) + 1
+        per = max(1, min(fit, size_l // 4, size_l))
+        rows_max = (inner_span + steps[axis] * (per - 1)) // n + 2
+        outer = [k for k in active if k < axis]
+        c = lambda e: self.ren(e).to_c(bounds)  # noqa: E731
+        nb = -(-size_l // per)
+        decode, div = [], Num(nb)
+        for k in reversed(outer):
+            decode.insert(0, f"const int64_t z{k} = zq / {c(div)} % {c(sizes[k])};")
+            div = div * sizes[k]
+        at = " + ".join([f"{steps[k]} * z{k}" for k in outer] or ["0"])
+        w = None if work is None else self.ren(work)
+        par = [] if w is None or (w.is_num and w.value < PARALLEL_MIN) else \
+            [f"#pragma omp parallel if({w.to_c()} >= {PARALLEL_MIN}) num_threads(lumos_threads())"]
+        scratch = [f"float *restrict {name} = lumos_tile({name[1:] if self.tiles else 1}, "
+                   f"{rows_max * n});",  # (a Rows kernel's product: its t0)
+                   *([f"float *restrict t0 = lumos_tile(0, {rows_max * n});"]
+                     if self.rows_in else [])]
+        return [*par, "{", *scratch,
+                *(["#pragma omp for schedule(static)"] if par else []),
+                f"for (int64_t zq = 0; zq < {c(numel(tuple(sizes[k] for k in outer)) * nb)}; "
+                "zq++) {",
+                *decode,
+                f"const int64_t q0 = zq % {nb} * {per}, q1 = LUMOS_MIN(q0 + {per}, {size_l});",
+                f"const int64_t at = {at};",
+                f"const int64_t r0 = LUMOS_MAX(lumos_fdiv(at + {steps[axis]} * q0 + {lo}, {n}), "
+                "0);",
+                f"const int64_t r1 = LUMOS_MIN(lumos_fdiv(at + {steps[axis]} * (q1 - 1) + "
+                f"{lo + inner_span}, {n}) + 1, {c(gm.m)}), tb = r0 * {n}, sb = tb;",
+                "if (r1 > r0) {", *fill_lines, "}",
+                f"for (int64_t z{axis} = q0; z{axis} < q1; z{axis}++)",
+                *[f"for (int64_t z{k} = 0; z{k} < {c(sizes[k])}; z{k}++)"
+                  for k in active[:-1] if k > axis],
+                *blocks, "}", "}"]
+
+    def fill(self, r: Rows) -> tuple[Gemm, list[str]] | None:
+        """(its product, the code) computing kernel `r` (a product's rows and an epilogue
+        at each, kernels.Rows) at its rows [r0, r1) into its scratch (from `sb` on), the
+        product's rows into t0: its own kernel's row block (`tiled`) for those rows. None
+        if it is not such a kernel."""
+        length = _body_shape(r.body)[r.node.axis] if r.node.axis is not None else None
+        if rows(r.body) or not (length is None or length.is_num and
+                                length.value <= SHORT_REDUCE):  # (a row per output: nest)
+            return None
+        saved = dict(self.__dict__)
+        try:
+            self.filling, self.out_shift = True, " - sb"
+            self.out = self.rows_names[id(r.body)]
+            lines = self._kernel(r.node, r.body, None)
+            (t,) = self.tiles or (None,)
+            gm = None if t is None or r.dtype != f32 else \
+                gemm(t.views, t.axis, self.g.dims)  # type: ignore[arg-type]
+        except _NoFill:
+            return None
+        finally:
+            args, count = self.args, self._count
+            self.__dict__.update(saved)
+            self.args, self._count = args, count
+        return None if gm is None else (gm, lines)
+
+    def rows_whole(self, lines: list[str]) -> list[str]:
+        """The kernel's loops after each kernel it reads in bands (Rows) is run whole into
+        a buffer of its own (reads not in bands of rows)."""
+        head, tail = [], []
+        for r in self.rows_in:
+            if r.dtype != f32:
+                raise CompileError(f"a {r.dtype} kernel read in bands (f32 only)")
+            name = self.rows_names[id(r.body)]
+            saved = dict(self.__dict__)
+            try:
+                self.out, self.out_shift = name, ""
+                inner = self._kernel(r.node, r.body, None)
+            finally:
+                args, count = self.args, self._count
+                self.__dict__.update(saved)
+                self.args, self._count = args, count
+            size = self.ren(numel(r.node.shape)).to_c(self.dim_bounds)
+            head += [f"float *restrict {name} = (float *)malloc({size} * sizeof(float) + 1);",
+                     f"if (!{name}) abort();", *inner]
+            tail.append(f"free({name});")
+        return ["{", *head, "const int64_t sb = 0;", *lines, *tail, "}"]
 
     def whole_products(self, lines: list[str]) -> list[str]:
         """The kernel's loops after each product it reads (Tile) is run whole into a
@@ -717,19 +882,25 @@ class _Codegen:
     # -- kernels -----------------------------------------------------------------
     def kernel(self, i: int) -> list[str]:
         """The loops computing node `i` into `out` (parameters collected in self.args)."""
-        n = self.g.nodes[i]
+        return self._kernel(self.g.nodes[i], self.g.bodies.get(i), self.g.packs.get(i))
+
+    def _kernel(self, n: Node, b: Body | None, pack: Pack | None) -> list[str]:
         shape = n.shape
         out_index = self.prep(View.contiguous(shape).index, shape)
-        pack = self.g.packs.get(i)
-        b = self.g.bodies.get(i) or (pack.body if pack is not None else None)
+        b = b or (pack.body if pack is not None else None)
         self.tiles = {t.gemm: j for j, t in enumerate(tiles(b))} if b is not None else {}
         self.windowed = [t for t in tiles(b) if t.windows is not None] if b is not None else []
         self.tile_out = simplify(out_index, self.bounds(shape))
         self.tile_rows = True
+        self.row_reads = []
+        self.guard = ONE
         self.band_reads = []
         self.windows_made = {}
+        self.rows_in = rows(b) if b is not None else []
+        self.rows_names = {id(r.body): f"s{self._name()}" for r in self.rows_in}
         if n.op in ("SumReduce", "MaxReduce"):
-            return self.reduce(n, self.g.bodies[i], out_index)
+            assert b is not None
+            return self.reduce(n, b, out_index)
         if n.op == "Gemm":
             if pack is None:
                 return self.gemm(n)
@@ -745,13 +916,13 @@ class _Codegen:
         if n.op == "Iota":
             value = lambda sc, _: f"({storage(n.dtype)})({sc.index(self.prep(n.expr, shape))})"
         else:  # Map, Output
-            b = self.g.bodies[i]
+            assert b is not None
             value = lambda sc, stmts: self.value(b, {}, shape, sc, stmts, {}, root=True)
 
         def body(sc: _Scope) -> list[str]:
             stmts: list[str] = []
             x = value(sc, stmts)
-            return [*stmts, f"out[{sc.index(out_index)}] = {x};"]
+            return [*stmts, f"{self.out}[{sc.index(out_index)}{self.out_shift}] = {x};"]
         return self.nest(shape, body, numel(shape))
 
     def value(self, b: Body, m: dict, shape: tuple[Expr, ...], sc: _Scope, stmts: list[str],
@@ -763,7 +934,7 @@ class _Codegen:
         validity implies (their result is 0 unless these hold), dropped from the guards of
         constants (no memory is read, and the value only counts where they hold), so e.g.
         `x % 16` stays a constant divisor under padding."""
-        if isinstance(b, Tile):
+        if isinstance(b, Tile | Rows):
             return self.tile_read(b, m, shape, sc)
         if isinstance(b, Load):
             v = b.view
@@ -791,16 +962,18 @@ class _Codegen:
         stmts.append(f"const {value_type(b.dtype)} {name} = {load(b.dtype, x)};")
         return name
 
-    def tile_read(self, b: Tile, m: dict, shape: tuple[Expr, ...], sc: _Scope) -> str:
+    def tile_read(self, b: Tile | Rows, m: dict, shape: tuple[Expr, ...], sc: _Scope) -> str:
         """A product's element from the block of it the kernel holds (`t<j>`, its rows
         from `tb` on; a windows product's: its band of padded image rows from `r0` on,
-        `bw` wide); notes whether the read is at the output's own position, or the rows a
-        band reads."""
+        `bw` wide; a Rows kernel's: its scratch, from `sb` on); notes whether the read is at the
+        output's own position, or the rows a band reads."""
         index, valid = (simplify(self.prep(e.subs(m), shape), sc.bounds)
                         for e in (b.view.index, b.view.valid))
         if valid is ZERO:
             return "0.0f"
-        if b.windows is not None:
+        if isinstance(b, Rows):
+            name, base = self.rows_names[id(b.body)], "sb"
+        elif b.windows is not None:
             gm = gemm(b.gemm.views, b.gemm.axis, self.g.dims)  # type: ignore[arg-type]
             at = None if gm is None else band(index, gm, b.windows.shape, sc.bounds)
             if at is None or not at.offset.is_num or at.row != "z1" or at.line != "z2" or \
@@ -812,9 +985,21 @@ class _Codegen:
             pos = Var("z1") * Var("bw") + (at.image_row() - Var("r0")) * self.ren(wp) + at.col
             raw = f"t{self.tiles[b.gemm]}[{sc.index(simplify(pos, sc.bounds))}]"
             return raw if valid is ONE else f"({sc.pred(valid)} ? {raw} : 0.0f)"
-        if simplify(index - self.tile_out, sc.bounds) is not ZERO:
-            self.tile_rows = False
-        raw = f"t{self.tiles[b.gemm]}[{sc.index(index)} - tb]"
+        else:
+            name, base = f"t{self.tiles[b.gemm]}", "tb"
+            if simplify(index - self.tile_out, sc.bounds) is not ZERO:
+                self.tile_rows = False
+        valid = simplify(valid & self.guard, sc.bounds)
+        self.row_reads.append(band_steps(index, valid, len(shape), sc.bounds))
+        v = sc.var
+        if valid is not ONE and v is not None and v.startswith("z") and \
+                not v.startswith("zr") and v not in valid.vars() and \
+                index.subs({v: 0}) + Var(v) is index:  # (as `read`: the rows or zeros)
+            row = sc.hoist_value(f"({sc.pred(valid)} ? {name} + {sc.index(index.subs({v: 0}))}"
+                                 f" - {base} + lo : (const float *)lumos_zero_row)",
+                                 "float *restrict")
+            return f"{row}[{v} - lo]"
+        raw = f"{name}[{sc.index(index)} - {base}]"
         return raw if valid is ONE else f"({sc.pred(valid)} ? {raw} : 0.0f)"
 
     def compute(self, op: str, in_dt: DType, vals: list[str]) -> str:
@@ -860,17 +1045,31 @@ class _Codegen:
             first, step_c = "{a} = {x};", "{a} = ({x} > {a} || {x} != {x}) ? {x} : {a};"
         else:
             first, step_c = "{a} = {x};", "{a} = {x} > {a} ? {x} : {a};"
+        valid = simplify(self.prep(b.valid.subs(m), shape), sc.bounds)
+        if valid is ZERO:
+            return f"({vt})0"
+        # read through padding, the position may be outside the reduction's output: where
+        # that is so along the whole vector loop, its reads check it too (rows or zeros:
+        # no branch in the loop), and the result is 0 there; else a branch
+        branchless = valid is not ONE and sc.var is not None and sc.var not in valid.vars()
+        saved = self.guard
+        if branchless:
+            self.guard = simplify(saved & valid, sc.bounds)
         body: list[str] = []
         for r in range(b.shape[ax].value):
             mr = {f"z{k}": e for k, e in zip(places, index, strict=True)} | {f"z{ax}": Num(r)}
             x = self.value(b.arg, mr, shape, sc, body, {})
             body.append((first if r == 0 else step_c).format(a=acc, x=f"({x})"))
-        valid = simplify(self.prep(b.valid.subs(m), shape), sc.bounds)
-        if valid is ZERO:
-            return f"({vt})0"
+        self.guard = saved
         if valid is ONE:
             stmts += [f"{vt} {acc};", *body]
-        else:  # read through padding: the position may be outside the reduction's output
+        elif branchless:  # (a float's bits masked: GCC 12 vectorizes no select of it here)
+            bits = {"float": "int32_t", "double": "int64_t"}.get(vt)
+            keep = f"{acc} = {sc.pred(valid)} ? {acc} : ({vt})0;" if bits is None else \
+                (f"{{ union {{ {vt} f; {bits} i; }} u_ = {{{acc}}}; "
+                 f"u_.i &= -({bits})({sc.pred(valid)} != 0); {acc} = u_.f; }}")
+            stmts += [f"{vt} {acc};", *body, keep]
+        else:
             stmts += [f"{vt} {acc} = 0;", f"if ({sc.pred(valid)}) {{", *body, "}"]
         return acc
 
@@ -883,7 +1082,7 @@ class _Codegen:
         type this does not cover raises _Scalar (then the scalar loop is emitted): GCC
         picks one vector size per loop by its narrowest type, so a byte-matrix reduction
         of 16 lanes ran in 4-float registers; written as vectors it runs in 16-float ones."""
-        if isinstance(b, Tile):
+        if isinstance(b, Tile | Rows):
             raise _Scalar
         if isinstance(b, Load):
             n = self.g.nodes[b.src]
@@ -1033,7 +1232,7 @@ class _Codegen:
                       for k, e in m.items()} for values in combos]
             head = [f"{acc_t} acc = {init};", *(["int nan = 0;"] if nan else [])]
             tail = [*(["if (nan) acc = NAN;"] if nan else []),
-                    f"out[{sc.index(out_index)}] = {store(dt, 'acc')};"]
+                    f"{self.out}[{sc.index(out_index)}{self.out_shift}] = {store(dt, 'acc')};"]
             n_lanes = lanes * len(combos)
             if vector:
                 try:  # the lanes as vectors of (at most) one register each
@@ -1083,7 +1282,7 @@ class _Codegen:
                     lanes: int) -> tuple[str, str] | None:
         """The two vector factors of a reduction body that is a product valid everywhere
         (a dot product: accumulated with FMA), else None."""
-        if isinstance(b, Load | Tile) or b.op != "Mul" or \
+        if isinstance(b, Load | Tile | Rows) or b.op != "Mul" or \
                 simplify(self.prep(b.valid.subs(m), shape), sc.bounds) is not ONE:
             return None
         (x, _, xv), (y, _, yv) = (self.vector(a, m, shape, sc, stmts, done, lanes)
@@ -1125,7 +1324,8 @@ class _Codegen:
             for k in range(length):
                 x = self.value(b, {f"z{n.axis}": Num(k)} | later, n.shape, sc, stmts, {})
                 stmts.append(f"{{ const {acc_t} x = {x}; {step.format(a='acc', x='x')} }}")
-            return [*stmts, f"out[{sc.index(out_index)}] = {store(n.dtype, 'acc')};"]
+            return [*stmts, f"{self.out}[{sc.index(out_index)}{self.out_shift}] = "
+                    f"{store(n.dtype, 'acc')};"]
         return self.nest(n.shape, body, numel(n.shape) * length)
 
     def reduce_outer(self, n: Node, b: Body, m: dict, length: Expr, out_index: Expr,
@@ -1143,7 +1343,8 @@ class _Codegen:
 
         def store_out(sc: _Scope) -> list[str]:
             return [f"for (int64_t {zl} = lo; {zl} < hi; {zl}++) "
-                    f"out[{sc.index(out_index)}] = {store(n.dtype, f'acc[{zl} - lo]')};"]
+                    f"{self.out}[{sc.index(out_index)}{self.out_shift}] = "
+                    f"{store(n.dtype, f'acc[{zl} - lo]')};"]
         tail_scope = _Scope(None, self.bounds(shape), self._name)
         before = [f"{acc_t} acc[{OUTER_BLOCK}];",
                   f"for (int64_t zi = 0; zi < hi - lo; zi++) acc[zi] = {init};"]
@@ -1503,8 +1704,8 @@ def generate(g: Kernels) -> tuple[tuple[Unit, ...], Layout]:
                     _whole(nodes[w].views[0], nodes[jd]) and last[jd] == pos[w]:
                 inplace.append((m, inputs.index(jd)))
 
-    any_blas = any(nodes[i].op == "Gemm" or (i in g.bodies and tiles(g.bodies[i]))
-                   for i in order)
+    any_blas = any(nodes[i].op == "Gemm" or (i in g.bodies and (tiles(g.bodies[i]) or any(
+        tiles(r.body) for r in rows(g.bodies[i])))) for i in order)
     dim_decls = "".join(f"  const int64_t D_{d} = dims[{k}];\n" for k, d in enumerate(g.dims))
     units: dict[str, tuple[str, str]] = {}  # kernel function name -> (prelude, definition)
     decls, calls = [], []
@@ -1521,7 +1722,7 @@ def generate(g: Kernels) -> tuple[tuple[Unit, ...], Layout]:
         # named by content: equal kernels (layers, other programs) share one compiled object
         name = "k_" + hashlib.sha256(text.encode()).hexdigest()[:20]
         if name not in units:
-            head = BLAS if n.op == "Gemm" or gen.tiles else ""
+            head = BLAS if n.op == "Gemm" or gen.tiles or gen.rows_in else ""
             # weak: batches of units compiled at once by two processes may overlap
             units[name] = (head + PRELUDE + _IMOD, f"__attribute__((weak)) void {name}{text}")
             decls.append(f"void {name}{signature};")
@@ -1544,6 +1745,10 @@ def generate(g: Kernels) -> tuple[tuple[Unit, ...], Layout]:
                     tuple(buffers[len(inputs):]), tuple(temps), len(order), profiled,
                     tuple(inplace))
     return ("\n".join(parts), *units.values()), layout
+
+
+class _NoFill(Exception):
+    """A Rows kernel that is not one product's row blocks plus an epilogue (codegen.fill)."""
 
 
 class _Scalar(Exception):

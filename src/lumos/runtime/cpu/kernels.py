@@ -42,7 +42,8 @@ ELEMENTWISE = (*UNARY, *BINARY, "Cast")
 EXECUTABLE = frozenset({"Root", "Input", "Constant", "Iota", "Gather", "Scatter", "KMap",
                         "KSumReduce", "KMaxReduce", "KOutput", "KGemm", "KGemmPack",
                         "KGemmWindows", "ELoad",
-                        "EMaxReduce", "EGemm", "EGemmWindows", *(f"E{op}" for op in ELEMENTWISE)})
+                        "EMaxReduce", "EGemm", "EGemmWindows", "ERows",
+                        *(f"E{op}" for op in ELEMENTWISE)})
 SHORT_AXIS = 16  # an inlined max reduction's axis: a constant length up to this
 
 
@@ -99,7 +100,23 @@ class Tile:
         return self.gemm.dtype
 
 
-Body = Load | Apply | Reduce | Tile
+@dataclass(frozen=True)
+class Rows:
+    """A kernel (`node`: a Map or MaxReduce computing `body`, not a buffer of the program)
+    read through `view` by the kernel that computes it: in bands of its rows, each just
+    before the reader's lines that read it, into the reader's scratch (codegen:
+    `row_banded`), so that it is never stored (a depthwise convolution reading the relu6
+    of a 1x1 expansion: MobileNetV2's inverted residual)."""
+    node: Node
+    body: Body
+    view: View
+
+    @property
+    def dtype(self) -> DType:
+        return self.node.dtype
+
+
+Body = Load | Apply | Reduce | Tile | Rows
 
 
 @dataclass(frozen=True)
@@ -232,6 +249,61 @@ def in_row_blocks(gm: Gemm, bounds: Mapping) -> bool:
     """Whether blocks of `gm`'s rows are contiguous ranges of its result: one product (no
     batch axes), its rows `n` apart. (Codegen runs an EGemm in row blocks only then.)"""
     return not gm.batch and simplify(gm.ldc - gm.n, bounds) is ZERO
+
+
+def guarded_bounds(valid: Expr, bounds: Mapping) -> dict:
+    """`bounds` narrowed where `valid` holds: each conjunct c * z + k < 0 or >= 0 (one
+    axis variable z, numbers c > 0 and k) bounds z (a read through padding is linear
+    there: a padded image row's `(1 + x) % W` is `1 + x` where `x + 1 < W`)."""
+    out = dict(bounds)
+    todo = [valid]
+    while todo:
+        e = todo.pop()
+        if e.op == "and":
+            todo += e.args
+            continue
+        if e.op not in ("lt", "ge"):
+            continue
+        d = e.args[0] - e.args[1]
+        if len(d.vars()) != 1:
+            continue
+        (v,) = d.vars()
+        k = d.subs({v: 0})
+        c = d.subs({v: 1}) - k
+        if not (is_axis_var(v) and k.is_num and c.is_num and c.value > 0) or \
+                k + c * Var(v) is not d:
+            continue
+        lo, hi = nrange(Var(v), out)
+        if e.op == "lt":  # z <= floor((-k - 1) / c)
+            top = (-k.value - 1) // c.value
+            hi = top if hi is None else min(hi, top)
+        else:  # z >= ceil(-k / c)
+            lo = max(lo or 0, -(k.value // c.value))
+        out[v] = (lo, hi)
+    return out
+
+
+def row_band(view: View, gm: Gemm, bounds: Mapping) -> tuple[int, list[int]] | None:
+    """(offset, steps) of a read of product `gm` (one product, rows `n` apart) through
+    `view`, where valid, as a flat position offset + sum_k steps[k] * z_k with numbers
+    steps >= 0, the last 1 (along the product's rows): a band of the reader's lines then
+    reads a range of the product's rows (a depthwise convolution reading an expansion's
+    pixels; codegen: `row_banded`)."""
+    if not in_row_blocks(gm, bounds):
+        return None
+    lin = band_steps(view.index, view.valid, len(view.shape), {**bounds, **view.bounds()})
+    return lin if lin is not None and lin[1] and lin[1][-1] == 1 else None
+
+
+def band_steps(index: Expr, valid: Expr, rank: int,
+               bounds: Mapping) -> tuple[int, list[int]] | None:
+    """(offset, steps) of `index` over axes z0..z<rank-1> where `valid` holds, if it is
+    linear there with a number offset and number steps >= 0 (see row_band)."""
+    b = guarded_bounds(valid, bounds)
+    lin = _linear(simplify(index, b), [f"z{k}" for k in range(rank)])
+    if lin is None or not lin[0].is_num or not all(c.is_num and c.value >= 0 for c in lin[1]):
+        return None
+    return lin[0].value, [c.value for c in lin[1]]
 
 
 @dataclass(frozen=True)
@@ -443,15 +515,15 @@ def body_loads(b: Body) -> list[Load]:
     return [x for x in _leaves(b) if isinstance(x, Load)]
 
 
-def _leaves(b: Body) -> list[Load | Tile]:
-    out: list[Load | Tile] = []
+def _leaves(b: Body) -> list[Load | Tile | Rows]:
+    out: list[Load | Tile | Rows] = []
     seen, stack = set(), [b]
     while stack:
         x = stack.pop()
         if id(x) in seen:
             continue
         seen.add(id(x))
-        if isinstance(x, Load | Tile):
+        if isinstance(x, Load | Tile | Rows):
             out.append(x)
         else:
             stack.extend(reversed(x.args))
@@ -459,8 +531,19 @@ def _leaves(b: Body) -> list[Load | Tile]:
 
 
 def loads(b: Body) -> list[int]:
-    """The buffers body `b` reads (a Tile's: its product's factors)."""
-    return [j for x in _leaves(b) for j in ((x.src,) if isinstance(x, Load) else x.gemm.inputs)]
+    """The buffers body `b` reads (a Tile's: its product's factors; a Rows': its body's)."""
+    return [j for x in _leaves(b) for j in ((x.src,) if isinstance(x, Load) else
+                                           loads(x.body) if isinstance(x, Rows) else
+                                           x.gemm.inputs)]
+
+
+def rows(b: Body) -> list[Rows]:
+    """The distinct kernels body `b` computes in bands (Rows leaves; one per body)."""
+    out: dict[int, Rows] = {}
+    for x in _leaves(b):
+        if isinstance(x, Rows):
+            out.setdefault(id(x.body), x)
+    return list(out.values())
 
 
 def from_graph(g: Graph) -> Kernels:
@@ -499,8 +582,14 @@ def cpu_space(space: SearchSpace, bounds: Mapping | None = None) -> SearchSpace:
             return gm is not None and windows(gm, 1, n.fields[6], n.fields[7], b) is not None \
                 and _banded(compose(n.fields[0], b), gm, n.fields[6], b)
         if n.op == "EGemm":
-            return gemm(gemm_views(n, b), n.fields[2], b) is not None and \
-                _elementwise(compose(n.fields[0], b))
+            gm = gemm(gemm_views(n, b), n.fields[2], b)
+            view = compose(n.fields[0], b)
+            return gm is not None and (_elementwise(view) or row_band(view, gm, b) is not None)
+        if n.op == "ERows":  # read linearly where valid: a kernel that codegen can band
+            view = compose(n.fields[0], b)
+            return any(p.op == "KMaxReduce" for p in space.classes[n.children[0]]) \
+                and band_steps(view.index, view.valid, len(view.shape),
+                               {**b, **view.bounds()}) is not None
         if n.op == "EMaxReduce":
             length = n.fields[1].shape[n.fields[0]]
             return length.is_num and length.value <= SHORT_AXIS
@@ -547,7 +636,13 @@ def from_genome(space: SearchSpace, choice: Mapping[int, int] | Sequence[int],
             return b
         n = node(c)
         view = compose(n.fields[0 if n.op.startswith("EGemm") else -1], bounds)
-        if n.op.startswith("EGemm"):
+        if n.op == "ERows":
+            p = node(n.children[0])
+            arg = body(p.children[0])
+            op = p.op[1:]
+            b = Rows(Node(op, (), (), p.fields[0], k.dtype(arg),
+                          axis=p.fields[1] if op in REDUCE else None), arg, view)
+        elif n.op.startswith("EGemm"):
             ins = tuple(built[a] for a in n.children)
             win = Pack(1, Load(ins[1], n.fields[7]), n.fields[6], False, True) \
                 if n.op == "EGemmWindows" else None
@@ -789,6 +884,37 @@ def seeds(space: SearchSpace, env: Mapping[str, int]) -> tuple[Cost, Cost]:
                if m.op == "KGemmWindows" and packed(p, m)]
         return any(gm is not None and _numel((gm.k,), env) <= PANELS_MAX_K for gm in gms)
 
+    loaded: dict[int, list[int]] = {}  # producer class -> the classes of its loads
+    for i, nodes in enumerate(space.classes):
+        for n in nodes:
+            if n.op == "ELoad":
+                loaded.setdefault(n.children[0], []).append(i)
+
+    def computes_tile(c: int, depth: int = 0) -> bool:  # (as inlined by this seed)
+        if tiled(c):
+            return True
+        if depth > FUSE_ROUNDS or any(m.op == "ELoad" for m in space.classes[c]) and \
+                not inline(c):
+            return False
+        return any(computes_tile(ch, depth + 1) for m in space.classes[c]
+                   if m.op.startswith("E") and m.op not in ("ELoad", "ERows") or
+                   m.op in ("KMap", "KMaxReduce") for ch in m.children)
+
+    @functools.cache
+    def in_rows(p: int) -> bool:
+        """Whether reads of producer class p (its kernel a large product's epilogue, run
+        in row blocks) are computed by their reader in bands (ERows): where the reader
+        downsamples it (a stride-2 depthwise convolution reading a 1x1 expansion's
+        relu6: 4x fewer outputs than the expansion's, which is never stored). A stride-1
+        reader measured no faster (a C harness of MobileNetV2's blocks, ms, stored /
+        banded: 112x112 16->96 stride 2 4.0 / 3.2; 56x56 24->144 stride 1 2.2 / 2.2; the
+        stem's 112x112x32 with its depthwise convolution slower banded)."""
+        k = next((m for m in space.classes[p] if m.op == "KMaxReduce"), None)
+        if k is None or _numel(k.fields[0], env) * 4 < TILE_MIN_BYTES or not computes_tile(p):
+            return False
+        return any(_numel(compose(m.fields[0], sizes).shape, env) * 2 <= _numel(k.fields[0], env)
+                   for ld in loaded.get(p, []) for m in space.classes[ld] if m.op == "ERows")
+
     def fused(blas: float) -> Cost:
         def cost(c: int, n: ENode) -> float:
             if n.op == "KGemm":
@@ -796,12 +922,15 @@ def seeds(space: SearchSpace, env: Mapping[str, int]) -> tuple[Cost, Cost]:
             if n.op in ("KGemmPack", "KGemmWindows"):
                 return 2 * blas if blas < 0 and packed(c, n) else 1.0
             if n.op.startswith("E") and any(m.op == "ELoad" for m in space.classes[c]):
+                rows_read = next((m for m in space.classes[c] if m.op == "ERows"), None)
+                if blas < 0 and rows_read is not None and in_rows(rows_read.children[0]):
+                    return float(n.op != "ERows")
                 if blas < 0 and banded(c):
                     return float(n.op != "EGemmWindows")
                 if blas < 0 and tiled(c):
                     return float(n.op != "EGemm")
                 return float((n.op == "ELoad") == inline(c)) if not n.op.startswith("EGemm") \
-                    else 1.0
+                    and n.op != "ERows" else 1.0
             return 0.0
         return cost
     return fused(-1.0), fused(1.0)
