@@ -715,8 +715,9 @@ DUPLICATE_OPS = 4  # seeds: ops a producer with several readers may be recompute
 # that kernel in row blocks (EGemm); smaller ones stay in cache between the two kernels
 # anyway, and their fewer, smaller blocks split worse over the threads (measured on a C
 # harness of MobileNetV2's expansion products plus relu6: 100352x96 2.1 -> 1.4 ms,
-# 25088x144 0.69 -> 0.51 ms; 6272x192 0.45 -> 0.61 ms)
-TILE_MIN_BYTES = 8 << 20
+# 25088x144 0.69 -> 0.51 ms; 6272x192 0.45 -> 0.61 ms; in the model, its first projection
+# and batch norm, 100352x16: 0.87 -> 0.58 ms)
+TILE_MIN_BYTES = 6 << 20
 # ... and whose right factor (read again by every row block) stays in L2: a 44M Llama's
 # logits (512 x 32000) read again for each of 128 one-row blocks ran 5x slower
 TILE_MAX_B_BYTES = 256 << 10
