@@ -828,7 +828,8 @@ def seeds(space: SearchSpace, env: Mapping[str, int]) -> tuple[Cost, Cost]:
         g = next((m for m in space.classes[c] if m.op == "EGemm"), None)
         load = next((m for m in space.classes[c] if m.op == "ELoad"), None)
         if g is None or load is None or readers.get(load.children[0]) != 1 or \
-                _numel(g.fields[1], env) * 4 < TILE_MIN_BYTES:
+                _numel(g.fields[1], env) * 4 < TILE_MIN_BYTES or \
+                not _elementwise(compose(g.fields[0], sizes)):  # (bands: the search's)
             return False
         gm = gemm(gemm_views(g, sizes), g.fields[2], sizes)  # one product, rows contiguous
         return gm is not None and in_row_blocks(gm, sizes) and \
