@@ -22,7 +22,8 @@ from __future__ import annotations
 import hashlib
 import math
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cached_property
 from itertools import pairwise, product
@@ -753,7 +754,7 @@ class _Codegen:
             if fill is None:
                 return None
             gm, fill_lines = fill
-            name = self.rows_names[id(self.rows_in[0].body)]
+            name, slot = self.rows_names[id(self.rows_in[0].body)], 1  # (its product: t0)
         else:
             if len(self.tiles) != 1:
                 return None
@@ -762,7 +763,7 @@ class _Codegen:
             if gm is None:
                 return None
             fill_lines = [self.tile_rows_call(t, gm, j, bounds)]
-            name = f"t{j}"
+            name, slot = f"t{j}", j
         if not self.row_reads or None in self.row_reads or not in_row_blocks(gm, bounds) or \
                 not gm.n.is_num or not gm.m.vars() <= set(self.g.dims):
             return None
@@ -800,8 +801,7 @@ class _Codegen:
         w = None if work is None else self.ren(work)
         par = [] if w is None or (w.is_num and w.value < PARALLEL_MIN) else \
             [f"#pragma omp parallel if({w.to_c()} >= {PARALLEL_MIN}) num_threads(lumos_threads())"]
-        scratch = [f"float *restrict {name} = lumos_tile({name[1:] if self.tiles else 1}, "
-                   f"{rows_max * n});",  # (a Rows kernel's product: its t0)
+        scratch = [f"float *restrict {name} = lumos_tile({slot}, {rows_max * n});",
                    *([f"float *restrict t0 = lumos_tile(0, {rows_max * n});"]
                      if self.rows_in else [])]
         return [*par, "{", *scratch,
@@ -830,21 +830,27 @@ class _Codegen:
         if rows(r.body) or not (length is None or length.is_num and
                                 length.value <= SHORT_REDUCE):  # (a row per output: nest)
             return None
-        saved = dict(self.__dict__)
         try:
-            self.filling, self.out_shift = True, " - sb"
-            self.out = self.rows_names[id(r.body)]
-            lines = self._kernel(r.node, r.body, None)
-            (t,) = self.tiles or (None,)
-            gm = None if t is None or r.dtype != f32 else \
-                gemm(t.views, t.axis, self.g.dims)  # type: ignore[arg-type]
+            with self._inner(filling=True, out=self.rows_names[id(r.body)], out_shift=" - sb"):
+                lines = self._kernel(r.node, r.body, None)
+                (t,) = self.tiles  # (one: else `tiled` raised _NoFill)
         except _NoFill:
             return None
+        gm = gemm(t.views, t.axis, self.g.dims) if r.dtype == f32 else None  # type: ignore[arg-type]
+        return None if gm is None else (gm, lines)
+
+    @contextmanager
+    def _inner(self, **state: object) -> Iterator[None]:
+        """Generating another kernel's code inside this one's (a Rows kernel): its own
+        per-kernel state, then this one's again (the parameters and names stay shared)."""
+        saved = dict(self.__dict__)
+        self.__dict__.update(state)
+        try:
+            yield
         finally:
             args, count = self.args, self._count
             self.__dict__.update(saved)
             self.args, self._count = args, count
-        return None if gm is None else (gm, lines)
 
     def rows_whole(self, lines: list[str]) -> list[str]:
         """The kernel's loops after each kernel it reads in bands (Rows) is run whole into
@@ -854,14 +860,8 @@ class _Codegen:
             if r.dtype != f32:
                 raise CompileError(f"a {r.dtype} kernel read in bands (f32 only)")
             name = self.rows_names[id(r.body)]
-            saved = dict(self.__dict__)
-            try:
-                self.out, self.out_shift = name, ""
+            with self._inner(out=name, out_shift=""):
                 inner = self._kernel(r.node, r.body, None)
-            finally:
-                args, count = self.args, self._count
-                self.__dict__.update(saved)
-                self.args, self._count = args, count
             size = self.ren(numel(r.node.shape)).to_c(self.dim_bounds)
             head += [f"float *restrict {name} = (float *)malloc({size} * sizeof(float) + 1);",
                      f"if (!{name}) abort();", *inner]
