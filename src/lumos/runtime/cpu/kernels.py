@@ -899,7 +899,7 @@ def seeds(space: SearchSpace, env: Mapping[str, int]) -> tuple[Cost, Cost]:
         downsamples it (a stride-2 depthwise convolution reading a 1x1 expansion's
         relu6: 4x fewer outputs than the expansion's, which is never stored). A stride-1
         reader measured no faster (a C harness of MobileNetV2's blocks, ms, stored /
-        banded: 112x112 16->96 stride 2 4.0 / 3.2; 56x56 24->144 stride 1 2.2 / 2.2; the
+        banded: 112x112 16->96 stride 2 4.0 / 2.9; 56x56 24->144 stride 1 2.2 / 2.2; the
         stem's 112x112x32 with its depthwise convolution slower banded)."""
         k = next((m for m in space.classes[p] if m.op == "KMaxReduce"), None)
         if k is None or _numel(k.fields[0], env) * 4 < TILE_MIN_BYTES or not computes_tile(p):
