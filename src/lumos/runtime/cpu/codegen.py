@@ -548,8 +548,8 @@ class _Codegen:
         self.tiles: dict[Node, int] = {}  # per kernel: the products it runs (Tile) -> number
         self.tile_out: Expr = ZERO  # per kernel: its output's flat index
         self.tile_rows = True  # per kernel: every Tile read is at the output's position
-        # per kernel: (offset, steps) of each Tile read where valid, None if not linear
-        self.row_reads: list[tuple[int, list[int]] | None] = []
+        # per kernel: each Tile or Rows read's (index, valid, rank, bounds), for row_banded
+        self.row_reads: list[tuple[Expr, Expr, int, dict]] = []
         self.guard: Expr = ONE  # what the reads of an inlined max must also check
         self.rows_in: list[Rows] = []  # per kernel: the kernels it computes in bands
         self.rows_names: dict[int, str] = {}  # ... their scratch, by body (unique names)
@@ -764,10 +764,12 @@ class _Codegen:
                 return None
             fill_lines = [self.tile_rows_call(t, gm, j, bounds)]
             name, slot = f"t{j}", j
-        if not self.row_reads or None in self.row_reads or not in_row_blocks(gm, bounds) or \
-                not gm.n.is_num or not gm.m.vars() <= set(self.g.dims):
+        if not self.row_reads or not in_row_blocks(gm, bounds) or not gm.n.is_num or \
+                not gm.m.vars() <= set(self.g.dims):
             return None
-        reads = [r for r in self.row_reads if r is not None]
+        reads = [band_steps(*r) for r in self.row_reads]  # (offset, steps) where valid
+        if None in reads:
+            return None
         steps = reads[0][1]
         if any(r[1] != steps for r in reads):
             return None
@@ -990,7 +992,7 @@ class _Codegen:
             if simplify(index - self.tile_out, sc.bounds) is not ZERO:
                 self.tile_rows = False
         valid = simplify(valid & self.guard, sc.bounds)
-        self.row_reads.append(band_steps(index, valid, len(shape), sc.bounds))
+        self.row_reads.append((index, valid, len(shape), sc.bounds))
         v = sc.var
         if valid is not ONE and v is not None and v.startswith("z") and \
                 not v.startswith("zr") and v not in valid.vars() and \
