@@ -13,11 +13,14 @@ import pytest
 import lumos
 from lumos.egraph import build_spaces
 from lumos.graph import live_nodes
+from lumos.models.mobilenet import relu6
 from lumos.nn.conv import conv2d
-from lumos.runtime.cpu import CpuRuntime, build
+from lumos.runtime.cpu import CompileError, CpuRuntime, build
+from lumos.runtime.cpu import kernels as cpu_kernels
 from lumos.runtime.cpu import program as program_module
 from lumos.runtime.cpu.kernels import (
     RULES,
+    Reduce,
     cpu_space,
     from_genome,
     gemm,
@@ -447,3 +450,75 @@ def test_the_blas_seed_bands_an_expansion_read_by_a_strided_convolution() -> Non
         genome = Genomes(space).preferring(seeds(space, {})[0], random.Random(0))
         ops = [space.classes[c][i].op for c, i in genome.items()]
         assert ("ERows" in ops) == banded, (stride, height)
+
+
+def depthwise_projection(stride: int, batch: int = 2, height: int = 9, width: int = 7,
+                         channels: int = 24, expand: bool = False):
+    """The end of MobileNetV2's block, channels-last: a 3x3 depthwise convolution (padding
+    1, `stride`) with batch norm and relu6, then the 1x1 projection 24 -> 8 with its batch
+    norm; with `expand`, a 1x1 expansion 4 -> 24 and its relu6 first."""
+    def make(g: lumos.Graph) -> lumos.Tensor:
+        y = g.tensor((batch, height, width, 4 if expand else channels), lumos.f32, "x")
+        if expand:
+            y = relu6(conv2d(y, g.tensor((channels, 4, 1, 1), lumos.f32, "we"),
+                             channels_last=True) + g.tensor((channels,), lumos.f32, "b0"))
+        y = conv2d(y, g.tensor((channels, 1, 3, 3), lumos.f32, "wd"), stride=stride, padding=1,
+                   groups=channels, channels_last=True)
+        y = relu6(y * g.tensor((channels,), lumos.f32, "s1") + g.tensor((channels,), lumos.f32,
+                                                                         "b1"))
+        y = conv2d(y, g.tensor((8, channels, 1, 1), lumos.f32, "wp"), channels_last=True)
+        return y * g.tensor((8,), lumos.f32, "s2") + g.tensor((8,), lumos.f32, "b2")
+    return make
+
+
+@pytest.mark.parametrize(("stride", "batch", "height", "width"),
+                         [(1, 2, 9, 7), (2, 2, 9, 7), (1, 1, 5, 30)])
+def test_a_projection_computes_the_depthwise_convolution_it_reads(
+        stride: int, batch: int, height: int, width: int) -> None:
+    """The projection computes its A, the depthwise convolution's relu6 (a max reduction
+    over stacked pairs), block by block into scratch from that kernel's body (KGemmPack):
+    no kernel stores it, and the result is the oracle's."""
+    g, space = space_and_graph(depthwise_projection(stride, batch, height, width))
+    inline = lambda n: n.op.startswith("E") and n.op not in ("ELoad", "EGemm", "ERows")  # noqa: E731
+    genome = Genomes(space).preferring(
+        lambda c, n: -3.0 if n.op == "KGemmPack" and n.fields[5] == 0 else
+        1.0 if n.op in ("EGemm", "ERows") else -float(inline(n)), random.Random(0))
+    program = from_genome(space, genome, g.dims)
+    (pack,) = program.packs.values()
+    assert pack.side == 0 and isinstance(pack.body, Reduce) and pack.body.op == "MaxReduce"
+    live = [program.nodes[i].op for i in live_nodes(program)]
+    assert "MaxReduce" not in live and live.count("Gemm") == 1
+    assert "pk = lumos_tile(0, S" in checked_source(g, program)
+
+
+def test_a_packed_factor_computing_a_kernel_in_bands_is_rejected() -> None:
+    """A packed A whose body reads the expansion in bands (ERows inside the pack: a genome
+    the search may reach) is a candidate that fails to compile (bands run for an output
+    loop only), not a crash."""
+    g, space = space_and_graph(depthwise_projection(1, expand=True))
+    inline = lambda n: n.op.startswith("E") and n.op not in ("ELoad", "EGemm")  # noqa: E731
+    genome = Genomes(space).preferring(
+        lambda c, n: -3.0 if n.op == "KGemmPack" and n.fields[5] == 0 or n.op == "ERows"
+        else -float(inline(n)), random.Random(0))
+    program = from_genome(space, genome, g.dims)
+    assert any(cpu_kernels.rows(p.body) for p in program.packs.values())
+    with pytest.raises(CompileError, match="a packed factor computing a kernel in bands"):
+        build(program)
+
+
+def test_the_blas_seed_packs_a_large_relu6_read_by_a_projection() -> None:
+    """The seed has a projection compute the depthwise convolution it reads where that is
+    8 MiB or more (kernels.PACK_RELU_MIN_BYTES: 8x56x56x144, never stored), not below
+    (8x28x28x192: in cache between the two kernels), nor where the convolution reads an
+    expansion in bands (stride 2, kernels.in_rows)."""
+    for stride, height, channels, expand, packed in (
+            (1, 56, 144, False, True), (1, 28, 192, False, False), (2, 112, 96, True, False),
+            (1, 56, 144, True, True)):
+        g = lumos.Graph()
+        depthwise_projection(stride, 8, height, height, channels, expand)(g).output()
+        (space,) = build_spaces(g, [{}], RULES)
+        space = cpu_space(space)
+        genome = Genomes(space).preferring(seeds(space, {})[0], random.Random(0))
+        chosen = [space.classes[c][i] for c, i in genome.items()]
+        assert any(n.op == "KGemmPack" and n.fields[5] == 0 for n in chosen) == packed, \
+            (stride, height, channels, expand)

@@ -908,6 +908,8 @@ class _Codegen:
                 return self.gemm(n)
             if pack.windows:
                 return self.gemm_windows(n, pack)
+            if rows(pack.body):  # (row_banded runs bands for an output loop only)
+                raise CompileError("a packed factor computing a kernel in bands")
             # a product the packed body reads (EGemm) is run whole first
             lines = self.gemm_pack(n, pack)
             return self.whole_products(lines) if self.tiles else lines

@@ -724,6 +724,12 @@ TILE_MAX_B_BYTES = 256 << 10
 # seeds: a copy this large read only by a product is packed by the product block by block
 # (KGemmPack), never stored whole (a convolution's im2col windows: 29-115 MB in the CNN)
 PACK_MIN_BYTES = 4 << 20
+# ... and so is a relu6 this large read only by a product (KGemmPack of a max reduction:
+# MobileNetV2's stride-1 depthwise convolutions, each computed by the projection reading
+# it): 56x56x144 (14.4 MB) 1.92 -> 1.43 ms, kernel sums 22.5-23.2 -> 20.8 ms; the
+# 28x28x192 ones (4.8 MB, in cache between the kernels anyway) were slower packed
+# (0.29 -> 0.40 ms), the stem's 112x112x32 no faster than its projection's row blocks
+PACK_RELU_MIN_BYTES = 8 << 20
 # ... and its blocks multiplied by lumos' own kernel (Pack.panels), not OpenBLAS, where k
 # is at most this (measured on the CNN's convolutions, ms: k = 27 4.4 -> 2.4; k = 288,
 # 576, 1152: 10.7 -> 11.3, 9.6 -> 11.2, 8.7 -> 11.5)
@@ -752,8 +758,9 @@ def seeds(space: SearchSpace, env: Mapping[str, int]) -> tuple[Cost, Cost]:
     tune.timed). In the first, a large product read by one kernel (elementwise) is
     computed by it in row blocks (EGemm, `TILE_MIN_BYTES`, `TILE_MAX_B_BYTES`), and a large
     copy read only by a product is packed by it (KGemmPack, `PACK_MIN_BYTES`), or read
-    where it lies if it is a convolution's windows (KGemmWindows). `env` gives
-    the dims' sizes. The search times the seeds like any other candidate."""
+    where it lies if it is a convolution's windows (KGemmWindows), and so is a large
+    relu6 read only by a product (a depthwise convolution's, `PACK_RELU_MIN_BYTES`).
+    `env` gives the dims' sizes. The search times the seeds like any other candidate."""
     readers: dict[int, int] = {}  # producer class -> kernels reading its buffer (HLIR edges)
     for nodes in space.classes:
         for n in nodes:
@@ -850,6 +857,11 @@ def seeds(space: SearchSpace, env: Mapping[str, int]) -> tuple[Cost, Cost]:
         other = n.children[0 if n.op == "KGemmWindows" else 1 - side]
         f = next(g.children[side] for g in space.classes[c]  # (a commuted product: the other)
                  if g.op == "KGemm" and g.children[1 - side] == other)
+        if n.op == "KGemmPack" and any(m.op == "KMaxReduce" for m in space.classes[f]):
+            # ... or a relu6 read only by this product (a depthwise convolution's, read by
+            # the projection after it), large, its body computing no kernel in bands
+            return readers.get(f) == 1 and _numel(bsh, env) * 4 >= PACK_RELU_MIN_BYTES and \
+                not computes_rows(n.children[side])
         if readers.get(f) != 1 or not copy(f) or _numel(bsh, env) * 4 < PACK_MIN_BYTES:
             return False
         # ... by lumos' own kernels where they can: its windows; else, k short, its blocks
@@ -891,6 +903,13 @@ def seeds(space: SearchSpace, env: Mapping[str, int]) -> tuple[Cost, Cost]:
         return any(computes_tile(ch, depth + 1) for m in space.classes[c]
                    if m.op.startswith("E") and m.op not in ("ELoad", "ERows") or
                    m.op in ("KMap", "KMaxReduce") for ch in m.children)
+
+    def computes_rows(c: int, depth: int = 0) -> bool:  # (as this seed chooses ERows)
+        return depth <= FUSE_ROUNDS and any(
+            m.op == "ERows" and in_rows(m.children[0]) or m.op.startswith("E") and
+            m.op not in ("ELoad", "ERows") and any(computes_rows(ch, depth + 1)
+                                                   for ch in m.children)
+            for m in space.classes[c])
 
     @functools.cache
     def in_rows(p: int) -> bool:
