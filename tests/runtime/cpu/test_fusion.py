@@ -23,7 +23,7 @@ def fused(space: lumos.egraph.SearchSpace) -> dict[int, int]:
     """The genome that inlines wherever the space allows (products stay kernels, and
     kernels are not computed in bands by their readers)."""
     choice = {c: next((i for i, n in enumerate(alts) if n.op.startswith("E")
-                       and n.op not in ("ELoad", "EGemm", "ERows")), 0)
+                       and n.op not in ("ELoad", "EGemm", "EGemmOwn", "ERows")), 0)
               for c, alts in enumerate(space.classes)}
     return Genomes(space).repair(choice, random.Random(0))
 

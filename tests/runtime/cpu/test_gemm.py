@@ -106,12 +106,16 @@ def space_and_graph(make) -> tuple[lumos.Graph, lumos.egraph.SearchSpace]:
     return g, cpu_space(space)
 
 
+@pytest.mark.parametrize("own", [False, True])
 @pytest.mark.parametrize("name", CASES)
-def test_gemm_genome_matches_the_oracle(name: str) -> None:
+def test_gemm_genome_matches_the_oracle(name: str, own: bool) -> None:
+    """Each layout's product by OpenBLAS or by lumos_gemm_own (KGemmOwn): transposed
+    factors, batches, k = 1, columns fewer than a vector (7), more than a panel of 64
+    (300), rows not a multiple of a block's, split over the threads by rows or columns."""
     make, expected = CASES[name]
     g, space = space_and_graph(make)
     gemms = {c: i for c, alts in enumerate(space.classes) for i, n in enumerate(alts)
-             if n.op == "KGemm"}
+             if n.op == ("KGemmOwn" if own else "KGemm")}
     assert bool(gemms) == expected
     if not gemms:
         return
@@ -119,7 +123,8 @@ def test_gemm_genome_matches_the_oracle(name: str) -> None:
     kernels = from_genome(space, genome, g.dims)
     (layout,) = [gemm(n.views, n.axis, g.dims) for n in kernels.nodes if n.op == "Gemm"]
     assert layout is not None and len(layout.batch) == BATCH_LEFT.get(name, 0)
-    assert "scipy_cblas_sgemm" in checked_source(g, kernels)
+    calls = re.findall(r"lumos_sgemm(_own)?\(\d, \d, ", checked_source(g, kernels))
+    assert calls and all(bool(c) == own for c in calls)
 
 
 def checked_source(g: lumos.Graph, kernels) -> str:
@@ -132,7 +137,7 @@ def checked_source(g: lumos.Graph, kernels) -> str:
     return program.source.read_text()
 
 
-def test_the_blas_seed_of_a_256_matmul_is_sgemm(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_blas_seed_of_a_256_matmul_is_a_product(monkeypatch: pytest.MonkeyPatch) -> None:
     seen = []  # every candidate's sources: the search times the BLAS seed (which one wins
     real = program_module.generate  # is the benchmarks' business, not a test's)
 
@@ -148,7 +153,7 @@ def test_the_blas_seed_of_a_256_matmul_is_sgemm(monkeypatch: pytest.MonkeyPatch)
     opts = CompileOptions(limit=3, generation_size=3, trials=1,
                           dim_buckets={"n": [(1, 512, 256)]})
     prog = g.compile(CpuRuntime(), opts)
-    assert any("lumos_sgemm(" in src for src in seen)
+    assert any(re.search(r"lumos_sgemm(_own)?\(\d", src) for src in seen)
     rng = np.random.default_rng(0)
     x, y = (rng.standard_normal((33, 33)).astype(np.float32) for _ in range(2))
     prog.set_data(a, x)
@@ -168,33 +173,42 @@ TILED = ("matmul", "linear", "symbolic_rows", "split_rows", "split_rows_transpos
          "split_columns_transposed_b", "sliced_rows", "parallel_rows")
 
 
-def tiled_program(make, reader) -> tuple[lumos.Graph, str, list]:
-    """The genome reading every product through its reader's EGemm, built and run on the
-    profiling inputs against the oracle; the source and its kernel nodes."""
+def tiled_program(make, reader, own: bool = False) -> tuple[lumos.Graph, str, list]:
+    """The genome reading every product through its reader's EGemm (EGemmOwn: by
+    lumos_gemm_own), built and run on the profiling inputs against the oracle; the source
+    and its kernel nodes."""
     g, space = space_and_graph(lambda g: reader(make(g)))
-    assert any(n.op == "EGemm" for alts in space.classes for n in alts)
-    genome = Genomes(space).preferring(lambda c, n: -float(n.op == "EGemm"), random.Random(0))
+    op = "EGemmOwn" if own else "EGemm"
+    assert any(n.op == op for alts in space.classes for n in alts)
+    genome = Genomes(space).preferring(lambda c, n: -float(n.op == op), random.Random(0))
     kernels = from_genome(space, genome, g.dims)
     return g, checked_source(g, kernels), kernels.nodes
 
 
+@pytest.mark.parametrize("own", [False, True])
 @pytest.mark.parametrize("reader", READERS)
 @pytest.mark.parametrize("name", [n for n in CASES if n in TILED or n in BATCH_LEFT])
-def test_a_product_run_by_its_reader_matches_the_oracle(name: str, reader: str) -> None:
+def test_a_product_run_by_its_reader_matches_the_oracle(name: str, reader: str,
+                                                        own: bool) -> None:
     """In row blocks where its reader is elementwise and its rows are the output's
     leading axes (lumos_tile: no Gemm kernel, no buffer for the product); in bands of the
     rows a band of the reader's lines reads where those lines are an axis of known size
     before its last (codegen.row_banded: a reader of whole rows, 3 x 12 or 2 x 3 x 5 sums);
     else the product whole into a scratch buffer just before the reader's loops (a batch
-    of products, a reader of whole rows with one axis or a symbolic one)."""
+    of products, a reader of whole rows with one axis or a symbolic one). Each block by
+    OpenBLAS or by lumos_gemm_own."""
     make, row_blocks = READERS[reader]
-    _, source, nodes = tiled_program(CASES[name][0], make)
+    _, source, nodes = tiled_program(CASES[name][0], make, own)
     assert not any(n.op == "Gemm" for n in nodes)
     blocks = row_blocks and BATCH_LEFT.get(name, 0) == 0
     bands = not row_blocks and name in ("broadcast_batch", "merged_rows", "sliced_merged_rows")
     assert ("t0 = lumos_tile(0, R" in source) == blocks
     assert ("const int64_t q0 = zq %" in source) == bands
     assert ("t0 = (float *)malloc(" in source) != (blocks or bands)
+    mine = re.findall(r"lumos_gemm_own\(\d, \d, r1 - r0|lumos_sgemm_own\(\d", source)
+    blas = re.findall(r"scipy_cblas_sgemm\(CblasRowMajor, \w+, \w+, \(blasint\)\(r1 - r0\)|"
+                      r"lumos_sgemm\(\d", source)
+    assert (mine, blas) == ((mine, []) if own else ([], blas)) and (mine or blas)
 
 
 def test_a_transposed_read_of_a_product_is_no_tile() -> None:
@@ -206,7 +220,8 @@ def test_a_transposed_read_of_a_product_is_no_tile() -> None:
 def test_the_blas_seed_runs_a_large_product_in_its_reader() -> None:
     """8 MiB of result read by one elementwise kernel: the BLAS seed picks EGemm (not below:
     kernels.TILE_MIN_BYTES; nor with a right factor each row block would read again from
-    beyond L2: TILE_MAX_B_BYTES; nor for a batch of products, which would run whole)."""
+    beyond L2: TILE_MAX_B_BYTES; nor for a batch of products, which would run whole), its
+    B (256 KiB at most) multiplied by lumos' own kernel (kernels.OWN_MAX_B_BYTES)."""
     for batch, rows, k, tiled in ((1, 2048, 64, True), (1, 1024, 64, False),
                                   (1, 2048, 128, False), (8, 256, 64, False)):
         g = lumos.Graph()
@@ -217,7 +232,9 @@ def test_the_blas_seed_runs_a_large_product_in_its_reader() -> None:
         space = cpu_space(space)
         genome = Genomes(space).preferring(seeds(space, {})[0], random.Random(0))
         chosen = [space.classes[c][i].op for c, i in genome.items()]
-        assert ("EGemm" in chosen) == tiled and ("KGemm" in chosen) != tiled
+        assert ("EGemmOwn" in chosen) == tiled and "EGemm" not in chosen
+        assert ("KGemmOwn" in chosen) == (not tiled and k == 64)
+        assert ("KGemm" in chosen) == (k == 128)
 
 
 # -- a product that computes a factor itself (lower_cpu.egg's KGemmPack, kernels.Pack) ----
@@ -247,8 +264,8 @@ def test_a_product_that_packs_its_factor_matches_the_oracle(name: str, panels: b
     B untransposed) by lumos_gemm_panels: rows and columns that fill no whole 8 x 48 tile
     (4 rows; 873-column blocks), k short and long."""
     g, space = space_and_graph(PACKED[name])
-    inline = lambda n: n.op.startswith("E") and n.op not in ("ELoad", "EGemm",  # noqa: E731
-                                                             "EGemmWindows", "ERows")
+    inline = lambda n: n.op.startswith("E") and n.op not in (  # noqa: E731
+        "ELoad", "EGemm", "EGemmOwn", "EGemmWindows", "ERows")
     genome = Genomes(space).preferring(
         lambda c, n: -float(inline(n)) if n.op != "KGemmPack" else
         -2.0 if bool(n.fields[7]) == panels else -1.0, random.Random(0))
@@ -367,7 +384,7 @@ def test_a_kernel_computes_the_windows_product_it_reads_in_bands(
     product's batch, rows and image rows in order (kernels.band), not to a padded pool
     (its reads step across rows of the flat product) or a channels-last copy."""
     g, space = space_and_graph(conv_then(reader, batch, c_out))
-    inline = lambda n: n.op.startswith("E") and n.op not in ("ELoad", "EGemm", "ERows")  # noqa: E731
+    inline = lambda n: n.op.startswith("E") and n.op not in ("ELoad", "EGemm", "EGemmOwn", "ERows")  # noqa: E731
     genome = Genomes(space).preferring(
         lambda c, n: -3.0 if n.op == "EGemmWindows" else -2.0 if n.op == "KGemmWindows" else
         -float(inline(n)), random.Random(0))
@@ -419,7 +436,7 @@ def test_a_kernel_computes_the_expansion_it_reads_in_bands(
     expansion is never stored (no kernel computes it, no Gemm) and the result is the
     oracle's (batches of one and two, an odd height, bands cut short at the edges)."""
     g, space = space_and_graph(inverted_residual(stride, batch, height, width))
-    inline = lambda n: n.op.startswith("E") and n.op not in ("ELoad", "EGemm", "ERows")  # noqa: E731
+    inline = lambda n: n.op.startswith("E") and n.op not in ("ELoad", "EGemm", "EGemmOwn", "ERows")  # noqa: E731
     readers: dict[int, set[int]] = {}  # a max-reduction kernel -> its reads offering ERows
     for c, alts in enumerate(space.classes):
         for n in alts:
@@ -479,10 +496,10 @@ def test_a_projection_computes_the_depthwise_convolution_it_reads(
     over stacked pairs), block by block into scratch from that kernel's body (KGemmPack):
     no kernel stores it, and the result is the oracle's."""
     g, space = space_and_graph(depthwise_projection(stride, batch, height, width))
-    inline = lambda n: n.op.startswith("E") and n.op not in ("ELoad", "EGemm", "ERows")  # noqa: E731
+    inline = lambda n: n.op.startswith("E") and n.op not in ("ELoad", "EGemm", "EGemmOwn", "ERows")  # noqa: E731
     genome = Genomes(space).preferring(
         lambda c, n: -3.0 if n.op == "KGemmPack" and n.fields[5] == 0 else
-        1.0 if n.op in ("EGemm", "ERows") else -float(inline(n)), random.Random(0))
+        1.0 if n.op in ("EGemm", "EGemmOwn", "ERows") else -float(inline(n)), random.Random(0))
     program = from_genome(space, genome, g.dims)
     (pack,) = program.packs.values()
     assert pack.side == 0 and isinstance(pack.body, Reduce) and pack.body.op == "MaxReduce"
@@ -496,7 +513,7 @@ def test_a_packed_factor_computing_a_kernel_in_bands_is_rejected() -> None:
     the search may reach) is a candidate that fails to compile (bands run for an output
     loop only), not a crash."""
     g, space = space_and_graph(depthwise_projection(1, expand=True))
-    inline = lambda n: n.op.startswith("E") and n.op not in ("ELoad", "EGemm")  # noqa: E731
+    inline = lambda n: n.op.startswith("E") and n.op not in ("ELoad", "EGemm", "EGemmOwn")  # noqa: E731
     genome = Genomes(space).preferring(
         lambda c, n: -3.0 if n.op == "KGemmPack" and n.fields[5] == 0 or n.op == "ERows"
         else -float(inline(n)), random.Random(0))

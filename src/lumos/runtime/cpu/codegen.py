@@ -135,37 +135,46 @@ double sin(double);
 /* zeros to read a block of an output loop from where a guard reads nothing (see read) */
 static const int64_t lumos_zero_row[2048] __attribute__((aligned(64))); /* BLOCK */
 
-#define LUMOS_TILES @TILES@
+#define LUMOS_TILES @TILES@ /* and lumos_gemm_own's B */
 extern int lumos_nt; /* the thread count, set by the driver's lumos_set_threads */
 static inline int lumos_threads(void) { return lumos_nt > 0 ? lumos_nt : omp_get_max_threads(); }
 #ifdef LUMOS_BLAS
-/* C = A B (row-major) on the OpenMP threads, each running OpenBLAS single-threaded (the
-   driver sets it): one pool of threads, so no thread spins waiting for the next kernel on a
-   core that another pool's thread computes on. Rows are split when there are at least as
-   many as columns, else columns, in steps of 16; small products run on the calling thread. */
-static inline void lumos_sgemm(int ta, int tb, blasint m, blasint n, blasint k,
-                               const float *a, blasint lda, const float *b, blasint ldb,
-                               float *c, blasint ldc) {
-  const int nt = omp_in_parallel() || (double)m * n * k < 131072.0 ? 1 : lumos_threads();
-#pragma omp parallel num_threads(nt)
-  {
-    const int64_t t = omp_get_thread_num(), nth = omp_get_num_threads();
-    blasint r0 = 0, r1 = m, c0 = 0, c1 = n;
-    if (m >= n) {
-      r0 = (blasint)(m * t / nth);
-      r1 = (blasint)(m * (t + 1) / nth);
-    } else {
-      c0 = (blasint)(n * t / nth) & ~15;
-      c1 = t == nth - 1 ? n : (blasint)(n * (t + 1) / nth) & ~15;
-    }
-    if (r1 > r0 && c1 > c0)
-      scipy_cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans,
-                        tb ? CblasTrans : CblasNoTrans, r1 - r0, c1 - c0, k, 1.0f,
-                        a + (ta ? (int64_t)r0 : (int64_t)r0 * lda), lda,
-                        b + (tb ? (int64_t)c0 * ldb : (int64_t)c0), ldb, 0.0f,
-                        c + (int64_t)r0 * ldc + c0, ldc);
-  }
+static void lumos_gemm_own(int ta, int tb, int64_t m, int64_t n, int64_t k, const float *a,
+                           int64_t lda, const float *b, int64_t ldb, float *c, int64_t ldc);
+static inline void lumos_cblas(int ta, int tb, int64_t m, int64_t n, int64_t k, const float *a,
+                               int64_t lda, const float *b, int64_t ldb, float *c,
+                               int64_t ldc) {
+  scipy_cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
+                    (blasint)m, (blasint)n, (blasint)k, 1.0f, a, (blasint)lda, b, (blasint)ldb,
+                    0.0f, c, (blasint)ldc);
 }
+/* C = A B (row-major) on the OpenMP threads, each running OpenBLAS single-threaded (the
+   driver sets it; lumos_sgemm) or lumos_gemm_own (lumos_sgemm_own): one pool of threads,
+   so no thread spins waiting for the next kernel on a core that another pool's thread
+   computes on. Rows are split when there are at least as many as columns, else columns,
+   in steps of 16; small products run on the calling thread. */
+#define LUMOS_SPLIT_GEMM(NAME, GEMM)                                                          \
+static inline void NAME(int ta, int tb, int64_t m, int64_t n, int64_t k, const float *a,     \
+                        int64_t lda, const float *b, int64_t ldb, float *c, int64_t ldc) {   \
+  const int nt = omp_in_parallel() || (double)m * n * k < 131072.0 ? 1 : lumos_threads();   \
+  _Pragma("omp parallel num_threads(nt)")                                                     \
+  {                                                                                           \
+    const int64_t t = omp_get_thread_num(), nth = omp_get_num_threads();                     \
+    int64_t r0 = 0, r1 = m, c0 = 0, c1 = n;                                                   \
+    if (m >= n) {                                                                             \
+      r0 = m * t / nth;                                                                       \
+      r1 = m * (t + 1) / nth;                                                                 \
+    } else {                                                                                  \
+      c0 = n * t / nth & ~15;                                                                 \
+      c1 = t == nth - 1 ? n : n * (t + 1) / nth & ~15;                                        \
+    }                                                                                         \
+    if (r1 > r0 && c1 > c0)                                                                   \
+      GEMM(ta, tb, r1 - r0, c1 - c0, k, a + (ta ? r0 : r0 * lda), lda,                        \
+           b + (tb ? c0 * ldb : c0), ldb, c + r0 * ldc + c0, ldc);                            \
+  }                                                                                           \
+}
+LUMOS_SPLIT_GEMM(lumos_sgemm, lumos_cblas)
+LUMOS_SPLIT_GEMM(lumos_sgemm_own, lumos_gemm_own)
 #include <stdlib.h>
 /* a thread's scratch for the row blocks of products run by the kernels reading them
    (kernels.Tile), one per product of a kernel: grown as needed, kept for the next call */
@@ -182,6 +191,76 @@ static inline float *lumos_tile(int j, int64_t n) {
 }
 typedef float lumos_f32x16 __attribute__((vector_size(64)));
 typedef float lumos_f32x16u __attribute__((vector_size(64), aligned(4)));
+/* the first n (1..16) of 16 floats stored */
+#if defined(__AVX512F__) && defined(LUMOS_X86_BUILTINS)
+#define LUMOS_STORE_F32X16_FIRST(p, v, n) \
+  __builtin_ia32_storeups512_mask((p), (v), (unsigned short)((1u << (n)) - 1))
+#elif defined(__AVX512F__)
+#define LUMOS_STORE_F32X16_FIRST(p, v, n) \
+  _mm512_mask_storeu_ps((p), (__mmask16)((1u << (n)) - 1), (__m512)(v))
+#else
+#define LUMOS_STORE_F32X16_FIRST(p, v, n) \
+  do { for (int64_t j_ = 0; j_ < (n); j_++) (p)[j_] = (v)[j_]; } while (0)
+#endif
+/* Columns [0, nr) of C = A B (nr <= 16 NV), all m rows, single-threaded: MR rows at a time
+   in MR x NV vector registers, each element of A broadcast from where it lies (A(i, p) at
+   a[i * sam + p * sak]; the last block's missing rows read row m - 1 again and are not
+   stored), B from bp: k rows of 16 NV floats, zero-padded. No copy of A: for the products
+   of a few columns or a short k that OpenBLAS spends as long packing as multiplying. */
+#define LUMOS_GEMM_OWN(NV, MR)                                                                \
+static void lumos_gemm_own##NV(int64_t m, int64_t nr, int64_t k, const float *a, int64_t sam,  \
+                               int64_t sak, const float *bp, float *c, int64_t ldc) {           \
+  for (int64_t i0 = 0; i0 < m; i0 += MR) {                                                     \
+    const float *ar[MR];                                                                        \
+    for (int i = 0; i < MR; i++) ar[i] = a + (i0 + i < m ? i0 + i : m - 1) * sam;             \
+    lumos_f32x16 acc[MR][NV];                                                                   \
+    for (int i = 0; i < MR; i++)                                                                \
+      for (int v = 0; v < NV; v++) acc[i][v] = (lumos_f32x16){0};                              \
+    for (int64_t p = 0; p < k; p++) {                                                           \
+      lumos_f32x16 b[NV];                                                                       \
+      for (int v = 0; v < NV; v++) b[v] = *(const lumos_f32x16u *)(bp + (p * NV + v) * 16);    \
+      for (int i = 0; i < MR; i++) {                                                            \
+        const lumos_f32x16 x = (lumos_f32x16){0} + ar[i][p * sak];                             \
+        for (int v = 0; v < NV; v++) acc[i][v] = LUMOS_FMA_F32X16(x, b[v], acc[i][v]);        \
+      }                                                                                         \
+    }                                                                                           \
+    for (int i = 0; i < MR && i0 + i < m; i++) {                                                \
+      float *ci = c + (i0 + i) * ldc;                                                           \
+      for (int v = 0; v < NV - 1; v++) *(lumos_f32x16u *)(ci + 16 * v) = acc[i][v];            \
+      LUMOS_STORE_F32X16_FIRST(ci + 16 * (NV - 1), acc[i][NV - 1], nr - 16 * (NV - 1));        \
+    }                                                                                           \
+  }                                                                                             \
+}
+LUMOS_GEMM_OWN(1, 8)
+LUMOS_GEMM_OWN(2, 12)
+LUMOS_GEMM_OWN(3, 8)
+LUMOS_GEMM_OWN(4, 6)
+/* C = A B (row-major, as cblas_sgemm with alpha 1 and beta 0), single-threaded, by lumos'
+   own kernel (kernels.Tile.own, Kernels.own): B copied into scratch 4 as panels of 64
+   columns, each k rows of its width rounded up to 16 and zero-padded, then each panel's
+   columns of C for all rows of A (held in L1 across the panels) */
+static void lumos_gemm_own(int ta, int tb, int64_t m, int64_t n, int64_t k, const float *a,
+                           int64_t lda, const float *b, int64_t ldb, float *c, int64_t ldc) {
+  float *restrict bp = lumos_tile(4, (n + 15) / 16 * 16 * k);
+  for (int64_t j0 = 0; j0 < n; j0 += 64) {
+    const int64_t w = n - j0 < 64 ? n - j0 : 64, wp = (w + 15) / 16 * 16;
+    float *restrict q = bp + j0 * k;
+    for (int64_t p = 0; p < k; p++)
+      for (int64_t j = 0; j < wp; j++)
+        q[p * wp + j] = j >= w ? 0.0f : tb ? b[(j0 + j) * ldb + p] : b[p * ldb + j0 + j];
+  }
+  const int64_t sam = ta ? 1 : lda, sak = ta ? lda : 1;
+  for (int64_t j0 = 0; j0 < n; j0 += 64) {
+    const int64_t w = n - j0 < 64 ? n - j0 : 64;
+    const float *q = bp + j0 * k;
+    switch ((w + 15) / 16) {
+      case 1: lumos_gemm_own1(m, w, k, a, sam, sak, q, c + j0, ldc); break;
+      case 2: lumos_gemm_own2(m, w, k, a, sam, sak, q, c + j0, ldc); break;
+      case 3: lumos_gemm_own3(m, w, k, a, sam, sak, q, c + j0, ldc); break;
+      default: lumos_gemm_own4(m, w, k, a, sam, sak, q, c + j0, ldc);
+    }
+  }
+}
 #if defined(__AVX512F__)
 #define LUMOS_PANELS 1
 /* C = A B for a block that a product packed itself (kernels.Pack.panels; B: k x n,
@@ -343,7 +422,7 @@ static inline uint16_t lumos_f64_f16(double x) { /* round to nearest even, once 
   memcpy(&v, &a, 8);
   return (uint16_t)(s | (uint16_t)((v * 0x1p24 + 0x1p52) - 0x1p52)); /* subnormal units */
 }
-""".replace("@TILES@", str(TILES))
+""".replace("@TILES@", str(TILES + 1))
 
 DRIVER = r"""int lumos_nt = 0;
 void lumos_set_threads(int n) {
@@ -720,20 +799,23 @@ class _Codegen:
                 *calls, *rows_at, "}", "}"]
 
     def tile_rows_call(self, t: Node, gm: Gemm, j: int, bounds: dict) -> str:
-        """The cblas_sgemm that runs rows [r0, r1) of product `t` (rows `n` apart) into
-        scratch `t<j>`."""
+        """The cblas_sgemm (or lumos_gemm_own) that runs rows [r0, r1) of product `t`
+        (rows `n` apart) into scratch `t<j>`."""
         c = lambda e: self.ren(e).to_c(bounds)  # noqa: E731
 
         def ld(mat: Matrix, width: Expr) -> str:
             return f"(blasint)LUMOS_MAX(LUMOS_MAX({c(mat.ld)}, {c(width)}), 1)"
-        trans = lambda mat: "CblasTrans" if mat.trans else "CblasNoTrans"  # noqa: E731
         a, b = gm.a, gm.b
         rows = "r0" if a.trans else f"r0 * {c(a.ld)}"
+        operands = (f"{self.arg(t.inputs[a.input])} + {c(a.offset)} + {rows}, "
+                    f"{ld(a, gm.m if a.trans else gm.k)}, {self.arg(t.inputs[b.input])} + "
+                    f"{c(b.offset)}, {ld(b, gm.k if b.trans else gm.n)}")
+        if t in self.own:
+            return (f"lumos_gemm_own({int(a.trans)}, {int(b.trans)}, r1 - r0, {c(gm.n)}, "
+                    f"{c(gm.k)}, {operands}, t{j}, LUMOS_MAX({c(gm.n)}, 1));")
+        trans = lambda mat: "CblasTrans" if mat.trans else "CblasNoTrans"  # noqa: E731
         return (f"scipy_cblas_sgemm(CblasRowMajor, {trans(a)}, {trans(b)}, (blasint)(r1 - r0), "
-                f"(blasint){c(gm.n)}, (blasint){c(gm.k)}, 1.0f, "
-                f"{self.arg(t.inputs[a.input])} + {c(a.offset)} + {rows}, "
-                f"{ld(a, gm.m if a.trans else gm.k)}, {self.arg(t.inputs[b.input])} + "
-                f"{c(b.offset)}, {ld(b, gm.k if b.trans else gm.n)}, 0.0f, t{j}, "
+                f"(blasint){c(gm.n)}, (blasint){c(gm.k)}, 1.0f, {operands}, 0.0f, t{j}, "
                 f"(blasint)LUMOS_MAX({c(gm.n)}, 1));")
 
     def row_banded(self, shape: tuple[Expr, ...], active: list[int], bounds: dict,
@@ -884,13 +966,19 @@ class _Codegen:
     # -- kernels -----------------------------------------------------------------
     def kernel(self, i: int) -> list[str]:
         """The loops computing node `i` into `out` (parameters collected in self.args)."""
-        return self._kernel(self.g.nodes[i], self.g.bodies.get(i), self.g.packs.get(i))
+        return self._kernel(self.g.nodes[i], self.g.bodies.get(i), self.g.packs.get(i),
+                            i in self.g.own)
 
-    def _kernel(self, n: Node, b: Body | None, pack: Pack | None) -> list[str]:
+    def _kernel(self, n: Node, b: Body | None, pack: Pack | None,
+                own: bool = False) -> list[str]:
         shape = n.shape
         out_index = self.prep(View.contiguous(shape).index, shape)
         b = b or (pack.body if pack is not None else None)
         self.tiles = {t.gemm: j for j, t in enumerate(tiles(b))} if b is not None else {}
+        # the products run by lumos_gemm_own, not OpenBLAS
+        self.own = {t.gemm for t in tiles(b) if t.own} if b is not None else set()
+        if own:
+            self.own.add(n)
         self.windowed = [t for t in tiles(b) if t.windows is not None] if b is not None else []
         self.tile_out = simplify(out_index, self.bounds(shape))
         self.tile_rows = True
@@ -1358,9 +1446,10 @@ class _Codegen:
                          OUTER_BLOCK)
 
     def gemm(self, n: Node, out: str = "out") -> list[str]:
-        """One lumos_sgemm (OpenBLAS) per batch index, in nested loops over the batch (the
-        axes kernels.gemm could not merge into the rows): the threads take batch indices
-        when there are at least as many, else each product is split among them."""
+        """One lumos_sgemm (OpenBLAS, or lumos_gemm_own) per batch index, in nested loops
+        over the batch (the axes kernels.gemm could not merge into the rows): the threads
+        take batch indices when there are at least as many, else each product is split
+        among them."""
         assert n.axis is not None
         gm = gemm(n.views, n.axis, self.g.dims)  # as cpu_space found it
         assert gm is not None, "a Gemm node without a BLAS layout"
@@ -1374,11 +1463,11 @@ class _Codegen:
             return f"{ptr} + {at(mat.offset, mat.steps)}, (blasint)LUMOS_MAX(LUMOS_MAX(" \
                    f"{c(mat.ld)}, {c(width)}), 1)"
         a, b = gm.a, gm.b
-        call = (f"lumos_sgemm({int(a.trans)}, {int(b.trans)}, (blasint){c(gm.m)}, "
-                f"(blasint){c(gm.n)}, (blasint){c(gm.k)}, "
+        call = (f"lumos_sgemm{'_own' if n in self.own else ''}({int(a.trans)}, "
+                f"{int(b.trans)}, {c(gm.m)}, {c(gm.n)}, {c(gm.k)}, "
                 f"{operand(a, gm.m if a.trans else gm.k)}, "
                 f"{operand(b, gm.k if b.trans else gm.n)}, "
-                f"{out} + {at(ZERO, gm.c_steps)}, (blasint)LUMOS_MAX({c(gm.ldc)}, 1));")
+                f"{out} + {at(ZERO, gm.c_steps)}, LUMOS_MAX({c(gm.ldc)}, 1));")
         if not gm.batch:
             return [call]
         loops = [f"for (int64_t {v} = 0; {v} < {c(s)}; {v}++)" for v, s in zip(zs, gm.batch,

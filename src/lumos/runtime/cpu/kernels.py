@@ -40,9 +40,9 @@ LOWER = CORE + Rules.files(Path(__file__).with_name("lower_cpu.egg"),
 RULES = LOWER + Rules((), (Stage(bounded=("fuse",), rounds=FUSE_ROUNDS),))  # with fusion
 ELEMENTWISE = (*UNARY, *BINARY, "Cast")
 EXECUTABLE = frozenset({"Root", "Input", "Constant", "Iota", "Gather", "Scatter", "KMap",
-                        "KSumReduce", "KMaxReduce", "KOutput", "KGemm", "KGemmPack",
-                        "KGemmWindows", "ELoad",
-                        "EMaxReduce", "EGemm", "EGemmWindows", "ERows",
+                        "KSumReduce", "KMaxReduce", "KOutput", "KGemm", "KGemmOwn",
+                        "KGemmPack", "KGemmWindows", "ELoad",
+                        "EMaxReduce", "EGemm", "EGemmOwn", "EGemmWindows", "ERows",
                         *(f"E{op}" for op in ELEMENTWISE)})
 SHORT_AXIS = 16  # an inlined max reduction's axis: a constant length up to this
 
@@ -94,6 +94,7 @@ class Tile:
     gemm: Node
     view: View
     windows: Pack | None
+    own: bool  # its row blocks multiplied by lumos' own kernel (lumos_gemm_own), not OpenBLAS
 
     @property
     def dtype(self) -> DType:
@@ -233,8 +234,8 @@ def _merge_rows(g: Gemm) -> Gemm:
 
 
 def gemm_fields(n: ENode) -> tuple:
-    """(shape, axis, sum view, a view, b view) of a KGemm, KGemmPack, KGemmWindows, EGemm or
-    EGemmWindows e-node."""
+    """(shape, axis, sum view, a view, b view) of a KGemm(Own), KGemmPack, KGemmWindows,
+    EGemm(Own) or EGemmWindows e-node."""
     return n.fields[1:6] if n.op.startswith("EGemm") else n.fields[:5]
 
 
@@ -488,6 +489,7 @@ class Kernels:
     outputs: list[int] = field(default_factory=list)
     bodies: dict[int, Body] = field(default_factory=dict)
     packs: dict[int, Pack] = field(default_factory=dict)  # Gemm node -> its packed factor
+    own: set[int] = field(default_factory=set)  # Gemm nodes run by lumos_gemm_own
 
     def add(self, node: Node, body: Body | None = None) -> int:
         if body is not None:
@@ -568,7 +570,7 @@ def cpu_space(space: SearchSpace, bounds: Mapping | None = None) -> SearchSpace:
     b = bounds or {}
 
     def ok(n: ENode) -> bool:
-        if n.op == "KGemm":
+        if n.op in ("KGemm", "KGemmOwn"):
             return gemm(gemm_views(n, b), n.fields[1], b) is not None
         if n.op == "KGemmPack":
             gm = gemm(gemm_views(n, b), n.fields[1], b)
@@ -581,7 +583,7 @@ def cpu_space(space: SearchSpace, bounds: Mapping | None = None) -> SearchSpace:
             gm = gemm(gemm_views(n, b), n.fields[2], b)
             return gm is not None and windows(gm, 1, n.fields[6], n.fields[7], b) is not None \
                 and _banded(compose(n.fields[0], b), gm, n.fields[6], b)
-        if n.op == "EGemm":
+        if n.op in ("EGemm", "EGemmOwn"):
             gm = gemm(gemm_views(n, b), n.fields[2], b)
             view = compose(n.fields[0], b)
             return gm is not None and (_elementwise(view) or row_band(view, gm, b) is not None)
@@ -597,7 +599,8 @@ def cpu_space(space: SearchSpace, bounds: Mapping | None = None) -> SearchSpace:
     s = SearchSpace([[n for n in c if ok(n)] for c in space.classes], space.root,
                     space.class_keys)
     s = restrict(s, EXECUTABLE, "cpu")
-    later = lambda n: n.op.startswith("KGemm") or n.op.startswith("E") and n.op != "ELoad"  # noqa: E731
+    later = lambda n: (n.op.startswith("KGemm") or n.op.startswith("E") and n.op != "ELoad",  # noqa: E731
+                       n.op.endswith("Own"))  # (OpenBLAS first)
     return SearchSpace([sorted(c, key=later) for c in s.classes], s.root, s.class_keys)
 
 
@@ -647,7 +650,8 @@ def from_genome(space: SearchSpace, choice: Mapping[int, int] | Sequence[int],
             win = Pack(1, Load(ins[1], n.fields[7]), n.fields[6], False, True) \
                 if n.op == "EGemmWindows" else None
             b = Tile(Node("Gemm", tuple(dict.fromkeys(ins)), gemm_views(n, bounds), n.fields[1],
-                          k.nodes[ins[0]].dtype, axis=n.fields[2]), view, win)
+                          k.nodes[ins[0]].dtype, axis=n.fields[2]), view, win,
+                     n.op == "EGemmOwn")
         elif n.op == "ELoad":
             b = Load(built[n.children[0]], view)
         elif n.op == "EMaxReduce":
@@ -670,10 +674,12 @@ def from_genome(space: SearchSpace, choice: Mapping[int, int] | Sequence[int],
             built[c] = k.add(Node(op, (), (), f[0], k.dtype(b),
                                   axis=f[1] if op in REDUCE else None,
                                   persist=f[1] if op == "Output" else False), b)
-        elif n.op == "KGemm":
+        elif n.op in ("KGemm", "KGemmOwn"):
             built[c] = k.add(Node("Gemm", tuple(built[a] for a in n.children),
                                   gemm_views(n, bounds), f[0], k.nodes[built[n.children[0]]].dtype,
                                   axis=f[1]))
+            if n.op == "KGemmOwn":
+                k.own.add(built[c])
         elif n.op == "KGemmPack":  # inputs: the other factor, then what the packed one reads
             side = f[5]
             packed = body(n.children[side])
@@ -721,6 +727,16 @@ TILE_MIN_BYTES = 6 << 20
 # ... and whose right factor (read again by every row block) stays in L2: a 44M Llama's
 # logits (512 x 32000) read again for each of 128 one-row blocks ran 5x slower
 TILE_MAX_B_BYTES = 256 << 10
+# seeds: a product whose B has at most this many bytes is multiplied by lumos' own kernel
+# (lumos_gemm_own: A read where it lies, B copied once per call), not OpenBLAS, which
+# copies both (a C harness, 2 threads, GFLOP/s OpenBLAS / own, M x N x K: into an L2 row
+# block 100352x96x16 340 / 411, 25088x144x24 351 / 421, 100352x32x27 334 / 432,
+# 25088x24x96 227 / 255; whole 25088x24x96 290 / 359, 6272x192x32 389 / 513, 1568x64x384
+# 441 / 503, 1568x96x576 459 / 494; B larger: 392x160x960 443 / 432, 392x1280x320 450 / 431)
+OWN_MAX_B_BYTES = 256 << 10
+# ... and more columns than this (one vector a row: 100352x16x32 into row blocks 0.61 ->
+# 0.81 ms in MobileNetV2, whole 293 / 251 GFLOP/s in the harness)
+OWN_MIN_COLUMNS = 16
 # seeds: a copy this large read only by a product is packed by the product block by block
 # (KGemmPack), never stored whole (a convolution's im2col windows: 29-115 MB in the CNN)
 PACK_MIN_BYTES = 4 << 20
@@ -806,7 +822,7 @@ def seeds(space: SearchSpace, env: Mapping[str, int]) -> tuple[Cost, Cost]:
             for i, n in parents.get(todo.pop(), ()):
                 if n.op in ("KSumReduce", "KMaxReduce"):
                     root = space.classes[n.children[0]][0]
-                    length = compose(root.fields[0 if root.op == "EGemm" else -1],
+                    length = compose(root.fields[0 if root.op.startswith("EGemm") else -1],
                                      {}).shape[n.fields[1]]
                     if n.fields[1] == rank - 1 > 0 and length.is_num and \
                             length.value <= SHORT_AXIS:
@@ -830,6 +846,10 @@ def seeds(space: SearchSpace, env: Mapping[str, int]) -> tuple[Cost, Cost]:
             ops[c] = body_ops(n.children[0])
 
     sizes = {d: (v, v) for d, v in env.items()}
+
+    def own(gm: Gemm | None) -> bool:  # a product by lumos_gemm_own: B in L2 once copied
+        return gm is not None and _numel((gm.k, gm.n), env) * 4 <= OWN_MAX_B_BYTES and \
+            _numel((gm.n,), env) > OWN_MIN_COLUMNS
 
     def tiled(c: int) -> bool:  # a product read once, by its reader in row blocks (EGemm)
         g = next((m for m in space.classes[c] if m.op == "EGemm"), None)
@@ -930,6 +950,9 @@ def seeds(space: SearchSpace, env: Mapping[str, int]) -> tuple[Cost, Cost]:
         def cost(c: int, n: ENode) -> float:
             if n.op == "KGemm":
                 return blas
+            if n.op == "KGemmOwn":  # (second seed: neither)
+                return blas * (1.5 if own(gemm(gemm_views(n, sizes), n.fields[1], sizes))
+                               else 0.5)
             if n.op in ("KGemmPack", "KGemmWindows"):
                 return 2 * blas if blas < 0 and packed(c, n) else 1.0
             if n.op.startswith("E") and any(m.op == "ELoad" for m in space.classes[c]):
@@ -939,7 +962,9 @@ def seeds(space: SearchSpace, env: Mapping[str, int]) -> tuple[Cost, Cost]:
                 if blas < 0 and banded(c):
                     return float(n.op != "EGemmWindows")
                 if blas < 0 and tiled(c):
-                    return float(n.op != "EGemm")
+                    g = next(m for m in space.classes[c] if m.op == "EGemm")
+                    mine = own(gemm(gemm_views(g, sizes), g.fields[2], sizes))
+                    return float(n.op != ("EGemmOwn" if mine else "EGemm"))
                 return float((n.op == "ELoad") == inline(c)) if not n.op.startswith("EGemm") \
                     and n.op != "ERows" else 1.0
             return 0.0
