@@ -135,12 +135,13 @@ double sin(double);
 /* zeros to read a block of an output loop from where a guard reads nothing (see read) */
 static const int64_t lumos_zero_row[2048] __attribute__((aligned(64))); /* BLOCK */
 
-#define LUMOS_TILES @TILES@ /* and lumos_gemm_own's B */
+#define LUMOS_TILES @TILES@
 extern int lumos_nt; /* the thread count, set by the driver's lumos_set_threads */
 static inline int lumos_threads(void) { return lumos_nt > 0 ? lumos_nt : omp_get_max_threads(); }
 #ifdef LUMOS_BLAS
-static void lumos_gemm_own(int ta, int tb, int64_t m, int64_t n, int64_t k, const float *a,
-                           int64_t lda, const float *b, int64_t ldb, float *c, int64_t ldc);
+/* lumos' own single-threaded product (OWN_GEMM: a unit of its own, compiled once) */
+void lumos_gemm_own(int ta, int tb, int64_t m, int64_t n, int64_t k, const float *a,
+                    int64_t lda, const float *b, int64_t ldb, float *c, int64_t ldc);
 static inline void lumos_cblas(int ta, int tb, int64_t m, int64_t n, int64_t k, const float *a,
                                int64_t lda, const float *b, int64_t ldb, float *c,
                                int64_t ldc) {
@@ -191,76 +192,6 @@ static inline float *lumos_tile(int j, int64_t n) {
 }
 typedef float lumos_f32x16 __attribute__((vector_size(64)));
 typedef float lumos_f32x16u __attribute__((vector_size(64), aligned(4)));
-/* the first n (1..16) of 16 floats stored */
-#if defined(__AVX512F__) && defined(LUMOS_X86_BUILTINS)
-#define LUMOS_STORE_F32X16_FIRST(p, v, n) \
-  __builtin_ia32_storeups512_mask((p), (v), (unsigned short)((1u << (n)) - 1))
-#elif defined(__AVX512F__)
-#define LUMOS_STORE_F32X16_FIRST(p, v, n) \
-  _mm512_mask_storeu_ps((p), (__mmask16)((1u << (n)) - 1), (__m512)(v))
-#else
-#define LUMOS_STORE_F32X16_FIRST(p, v, n) \
-  do { for (int64_t j_ = 0; j_ < (n); j_++) (p)[j_] = (v)[j_]; } while (0)
-#endif
-/* Columns [0, nr) of C = A B (nr <= 16 NV), all m rows, single-threaded: MR rows at a time
-   in MR x NV vector registers, each element of A broadcast from where it lies (A(i, p) at
-   a[i * sam + p * sak]; the last block's missing rows read row m - 1 again and are not
-   stored), B from bp: k rows of 16 NV floats, zero-padded. No copy of A: for the products
-   of a few columns or a short k that OpenBLAS spends as long packing as multiplying. */
-#define LUMOS_GEMM_OWN(NV, MR)                                                                \
-static void lumos_gemm_own##NV(int64_t m, int64_t nr, int64_t k, const float *a, int64_t sam,  \
-                               int64_t sak, const float *bp, float *c, int64_t ldc) {           \
-  for (int64_t i0 = 0; i0 < m; i0 += MR) {                                                     \
-    const float *ar[MR];                                                                        \
-    for (int i = 0; i < MR; i++) ar[i] = a + (i0 + i < m ? i0 + i : m - 1) * sam;             \
-    lumos_f32x16 acc[MR][NV];                                                                   \
-    for (int i = 0; i < MR; i++)                                                                \
-      for (int v = 0; v < NV; v++) acc[i][v] = (lumos_f32x16){0};                              \
-    for (int64_t p = 0; p < k; p++) {                                                           \
-      lumos_f32x16 b[NV];                                                                       \
-      for (int v = 0; v < NV; v++) b[v] = *(const lumos_f32x16u *)(bp + (p * NV + v) * 16);    \
-      for (int i = 0; i < MR; i++) {                                                            \
-        const lumos_f32x16 x = (lumos_f32x16){0} + ar[i][p * sak];                             \
-        for (int v = 0; v < NV; v++) acc[i][v] = LUMOS_FMA_F32X16(x, b[v], acc[i][v]);        \
-      }                                                                                         \
-    }                                                                                           \
-    for (int i = 0; i < MR && i0 + i < m; i++) {                                                \
-      float *ci = c + (i0 + i) * ldc;                                                           \
-      for (int v = 0; v < NV - 1; v++) *(lumos_f32x16u *)(ci + 16 * v) = acc[i][v];            \
-      LUMOS_STORE_F32X16_FIRST(ci + 16 * (NV - 1), acc[i][NV - 1], nr - 16 * (NV - 1));        \
-    }                                                                                           \
-  }                                                                                             \
-}
-LUMOS_GEMM_OWN(1, 8)
-LUMOS_GEMM_OWN(2, 12)
-LUMOS_GEMM_OWN(3, 8)
-LUMOS_GEMM_OWN(4, 6)
-/* C = A B (row-major, as cblas_sgemm with alpha 1 and beta 0), single-threaded, by lumos'
-   own kernel (kernels.Tile.own, Kernels.own): B copied into scratch 4 as panels of 64
-   columns, each k rows of its width rounded up to 16 and zero-padded, then each panel's
-   columns of C for all rows of A (held in L1 across the panels) */
-static void lumos_gemm_own(int ta, int tb, int64_t m, int64_t n, int64_t k, const float *a,
-                           int64_t lda, const float *b, int64_t ldb, float *c, int64_t ldc) {
-  float *restrict bp = lumos_tile(4, (n + 15) / 16 * 16 * k);
-  for (int64_t j0 = 0; j0 < n; j0 += 64) {
-    const int64_t w = n - j0 < 64 ? n - j0 : 64, wp = (w + 15) / 16 * 16;
-    float *restrict q = bp + j0 * k;
-    for (int64_t p = 0; p < k; p++)
-      for (int64_t j = 0; j < wp; j++)
-        q[p * wp + j] = j >= w ? 0.0f : tb ? b[(j0 + j) * ldb + p] : b[p * ldb + j0 + j];
-  }
-  const int64_t sam = ta ? 1 : lda, sak = ta ? lda : 1;
-  for (int64_t j0 = 0; j0 < n; j0 += 64) {
-    const int64_t w = n - j0 < 64 ? n - j0 : 64;
-    const float *q = bp + j0 * k;
-    switch ((w + 15) / 16) {
-      case 1: lumos_gemm_own1(m, w, k, a, sam, sak, q, c + j0, ldc); break;
-      case 2: lumos_gemm_own2(m, w, k, a, sam, sak, q, c + j0, ldc); break;
-      case 3: lumos_gemm_own3(m, w, k, a, sam, sak, q, c + j0, ldc); break;
-      default: lumos_gemm_own4(m, w, k, a, sam, sak, q, c + j0, ldc);
-    }
-  }
-}
 #if defined(__AVX512F__)
 #define LUMOS_PANELS 1
 /* C = A B for a block that a product packed itself (kernels.Pack.panels; B: k x n,
@@ -422,7 +353,81 @@ static inline uint16_t lumos_f64_f16(double x) { /* round to nearest even, once 
   memcpy(&v, &a, 8);
   return (uint16_t)(s | (uint16_t)((v * 0x1p24 + 0x1p52) - 0x1p52)); /* subnormal units */
 }
-""".replace("@TILES@", str(TILES + 1))
+""".replace("@TILES@", str(TILES))
+
+# lumos_gemm_own: one translation unit of fixed text after BLAS + PRELUDE, so compiled
+# once and cached (in each kernel's unit its 4 unrolled variants took 0.1-0.2 s to compile)
+OWN_GEMM = r"""/* the first n (1..16) of 16 floats stored */
+#if defined(__AVX512F__) && defined(LUMOS_X86_BUILTINS)
+#define LUMOS_STORE_F32X16_FIRST(p, v, n) \
+  __builtin_ia32_storeups512_mask((p), (v), (unsigned short)((1u << (n)) - 1))
+#elif defined(__AVX512F__)
+#define LUMOS_STORE_F32X16_FIRST(p, v, n) \
+  _mm512_mask_storeu_ps((p), (__mmask16)((1u << (n)) - 1), (__m512)(v))
+#else
+#define LUMOS_STORE_F32X16_FIRST(p, v, n) \
+  do { for (int64_t j_ = 0; j_ < (n); j_++) (p)[j_] = (v)[j_]; } while (0)
+#endif
+/* Columns [0, nr) of C = A B (nr <= 16 NV), all m rows, single-threaded: MR rows at a time
+   in MR x NV vector registers, each element of A broadcast from where it lies (A(i, p) at
+   a[i * sam + p * sak]; the last block's missing rows read row m - 1 again and are not
+   stored), B from bp: k rows of 16 NV floats, zero-padded. No copy of A (OpenBLAS copies
+   both factors, a cost the products of a few columns or a short k do not amortize). */
+#define LUMOS_GEMM_OWN(NV, MR)                                                                \
+static void lumos_gemm_own##NV(int64_t m, int64_t nr, int64_t k, const float *a, int64_t sam,  \
+                               int64_t sak, const float *bp, float *c, int64_t ldc) {           \
+  for (int64_t i0 = 0; i0 < m; i0 += MR) {                                                     \
+    const float *ar[MR];                                                                        \
+    for (int i = 0; i < MR; i++) ar[i] = a + (i0 + i < m ? i0 + i : m - 1) * sam;             \
+    lumos_f32x16 acc[MR][NV];                                                                   \
+    for (int i = 0; i < MR; i++)                                                                \
+      for (int v = 0; v < NV; v++) acc[i][v] = (lumos_f32x16){0};                              \
+    for (int64_t p = 0; p < k; p++) {                                                           \
+      lumos_f32x16 b[NV];                                                                       \
+      for (int v = 0; v < NV; v++) b[v] = *(const lumos_f32x16u *)(bp + (p * NV + v) * 16);    \
+      for (int i = 0; i < MR; i++) {                                                            \
+        const lumos_f32x16 x = (lumos_f32x16){0} + ar[i][p * sak];                             \
+        for (int v = 0; v < NV; v++) acc[i][v] = LUMOS_FMA_F32X16(x, b[v], acc[i][v]);        \
+      }                                                                                         \
+    }                                                                                           \
+    for (int i = 0; i < MR && i0 + i < m; i++) {                                                \
+      float *ci = c + (i0 + i) * ldc;                                                           \
+      for (int v = 0; v < NV - 1; v++) *(lumos_f32x16u *)(ci + 16 * v) = acc[i][v];            \
+      LUMOS_STORE_F32X16_FIRST(ci + 16 * (NV - 1), acc[i][NV - 1], nr - 16 * (NV - 1));        \
+    }                                                                                           \
+  }                                                                                             \
+}
+LUMOS_GEMM_OWN(1, 8)
+LUMOS_GEMM_OWN(2, 12)
+LUMOS_GEMM_OWN(3, 8)
+LUMOS_GEMM_OWN(4, 6)
+/* C = A B (row-major, as cblas_sgemm with alpha 1 and beta 0), single-threaded, by lumos'
+   own kernel (kernels.Tile.own, Kernels.own): B copied into this unit's scratch as panels
+   of 64 columns, each k rows of its width rounded up to 16 and zero-padded, then each
+   panel's columns of C for all rows of A (held in L1 across the panels) */
+void lumos_gemm_own(int ta, int tb, int64_t m, int64_t n, int64_t k, const float *a,
+                           int64_t lda, const float *b, int64_t ldb, float *c, int64_t ldc) {
+  float *restrict bp = lumos_tile(0, (n + 15) / 16 * 16 * k);
+  for (int64_t j0 = 0; j0 < n; j0 += 64) {
+    const int64_t w = n - j0 < 64 ? n - j0 : 64, wp = (w + 15) / 16 * 16;
+    float *restrict q = bp + j0 * k;
+    for (int64_t p = 0; p < k; p++)
+      for (int64_t j = 0; j < wp; j++)
+        q[p * wp + j] = j >= w ? 0.0f : tb ? b[(j0 + j) * ldb + p] : b[p * ldb + j0 + j];
+  }
+  const int64_t sam = ta ? 1 : lda, sak = ta ? lda : 1;
+  for (int64_t j0 = 0; j0 < n; j0 += 64) {
+    const int64_t w = n - j0 < 64 ? n - j0 : 64;
+    const float *q = bp + j0 * k;
+    switch ((w + 15) / 16) {
+      case 1: lumos_gemm_own1(m, w, k, a, sam, sak, q, c + j0, ldc); break;
+      case 2: lumos_gemm_own2(m, w, k, a, sam, sak, q, c + j0, ldc); break;
+      case 3: lumos_gemm_own3(m, w, k, a, sam, sak, q, c + j0, ldc); break;
+      default: lumos_gemm_own4(m, w, k, a, sam, sak, q, c + j0, ldc);
+    }
+  }
+}
+"""
 
 DRIVER = r"""int lumos_nt = 0;
 void lumos_set_threads(int n) {
@@ -1837,7 +1842,8 @@ def generate(g: Kernels) -> tuple[tuple[Unit, ...], Layout]:
     layout = Layout(tuple(g.dims), tuple(buffers[:len(inputs)]),
                     tuple(buffers[len(inputs):]), tuple(temps), len(order), profiled,
                     tuple(inplace))
-    return ("\n".join(parts), *units.values()), layout
+    own = any("lumos_gemm_own(" in d or "lumos_sgemm_own(" in d for _, d in units.values())
+    return ("\n".join(parts), *units.values(), *[BLAS + PRELUDE + OWN_GEMM] * own), layout
 
 
 class _NoFill(Exception):

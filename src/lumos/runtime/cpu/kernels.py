@@ -568,10 +568,14 @@ def cpu_space(space: SearchSpace, bounds: Mapping | None = None) -> SearchSpace:
     the dims' `bounds`), each class's buffer read (ELoad) and loop kernels first: the
     baseline genome is the program without fusion or BLAS."""
     b = bounds or {}
+    decided: dict[tuple, bool] = {}  # (KGemm or EGemm, fields): the Own twins share one
 
     def ok(n: ENode) -> bool:
-        if n.op in ("KGemm", "KGemmOwn"):
-            return gemm(gemm_views(n, b), n.fields[1], b) is not None
+        if n.op in ("KGemm", "KGemmOwn", "EGemm", "EGemmOwn"):
+            key = (n.op.removesuffix("Own"), n.fields)
+            if key not in decided:
+                decided[key] = product_ok(key[0], n)
+            return decided[key]
         if n.op == "KGemmPack":
             gm = gemm(gemm_views(n, b), n.fields[1], b)
             return gm is not None and packing(gm, n.fields[5], n.fields[6], b) is not None \
@@ -583,10 +587,6 @@ def cpu_space(space: SearchSpace, bounds: Mapping | None = None) -> SearchSpace:
             gm = gemm(gemm_views(n, b), n.fields[2], b)
             return gm is not None and windows(gm, 1, n.fields[6], n.fields[7], b) is not None \
                 and _banded(compose(n.fields[0], b), gm, n.fields[6], b)
-        if n.op in ("EGemm", "EGemmOwn"):
-            gm = gemm(gemm_views(n, b), n.fields[2], b)
-            view = compose(n.fields[0], b)
-            return gm is not None and (_elementwise(view) or row_band(view, gm, b) is not None)
         if n.op == "ERows":  # read linearly where valid: a kernel that codegen can band
             view = compose(n.fields[0], b)
             return any(p.op == "KMaxReduce" for p in space.classes[n.children[0]]) \
@@ -596,6 +596,14 @@ def cpu_space(space: SearchSpace, bounds: Mapping | None = None) -> SearchSpace:
             length = n.fields[1].shape[n.fields[0]]
             return length.is_num and length.value <= SHORT_AXIS
         return True
+
+    def product_ok(op: str, n: ENode) -> bool:
+        if op == "KGemm":
+            return gemm(gemm_views(n, b), n.fields[1], b) is not None
+        gm = gemm(gemm_views(n, b), n.fields[2], b)  # EGemm
+        view = compose(n.fields[0], b)
+        return gm is not None and (_elementwise(view) or row_band(view, gm, b) is not None)
+
     s = SearchSpace([[n for n in c if ok(n)] for c in space.classes], space.root,
                     space.class_keys)
     s = restrict(s, EXECUTABLE, "cpu")
@@ -775,8 +783,10 @@ def seeds(space: SearchSpace, env: Mapping[str, int]) -> tuple[Cost, Cost]:
     computed by it in row blocks (EGemm, `TILE_MIN_BYTES`, `TILE_MAX_B_BYTES`), and a large
     copy read only by a product is packed by it (KGemmPack, `PACK_MIN_BYTES`), or read
     where it lies if it is a convolution's windows (KGemmWindows), and so is a large
-    relu6 read only by a product (a depthwise convolution's, `PACK_RELU_MIN_BYTES`).
-    `env` gives the dims' sizes. The search times the seeds like any other candidate."""
+    relu6 read only by a product (a depthwise convolution's, `PACK_RELU_MIN_BYTES`); a
+    product (in row blocks or whole) whose B is small is lumos' own kernel's, not
+    OpenBLAS' (`OWN_MAX_B_BYTES`, `OWN_MIN_COLUMNS`). `env` gives the dims' sizes. The
+    search times the seeds like any other candidate."""
     readers: dict[int, int] = {}  # producer class -> kernels reading its buffer (HLIR edges)
     for nodes in space.classes:
         for n in nodes:
