@@ -426,15 +426,17 @@ def inverted_residual(stride: int, batch: int = 2, height: int = 9, width: int =
     return make
 
 
+@pytest.mark.parametrize("own", [False, True])
 @pytest.mark.parametrize(("stride", "batch", "height", "width"),
                          [(1, 2, 9, 7), (2, 2, 9, 7), (2, 1, 16, 16), (1, 1, 30, 5)])
 def test_a_kernel_computes_the_expansion_it_reads_in_bands(
-        stride: int, batch: int, height: int, width: int) -> None:
+        stride: int, batch: int, height: int, width: int, own: bool) -> None:
     """The depthwise convolution runs the expansion's relu6 band of its rows by band
     (codegen.row_banded): the product's rows a band of output rows reads (the rows above
     and below included), then the epilogue into scratch, then the band's outputs; the
     expansion is never stored (no kernel computes it, no Gemm) and the result is the
-    oracle's (batches of one and two, an odd height, bands cut short at the edges)."""
+    oracle's (batches of one and two, an odd height, bands cut short at the edges); its
+    rows by OpenBLAS or by lumos_gemm_own (then linked: only the band's code calls it)."""
     g, space = space_and_graph(inverted_residual(stride, batch, height, width))
     inline = lambda n: n.op.startswith("E") and n.op not in ("ELoad", "EGemm", "EGemmOwn", "ERows")  # noqa: E731
     readers: dict[int, set[int]] = {}  # a max-reduction kernel -> its reads offering ERows
@@ -444,11 +446,13 @@ def test_a_kernel_computes_the_expansion_it_reads_in_bands(
                 readers.setdefault(n.children[0], set()).add(c)
     rows_read = max(readers.values(), key=len)  # the relu6 the taps read (the inner clamp:
     # read by the outer alone; the depthwise's: by the output)
+    product = "EGemmOwn" if own else "EGemm"
     genome = Genomes(space).preferring(
-        lambda c, n: -3.0 if n.op == "ERows" and c in rows_read else -2.0 if n.op == "EGemm"
+        lambda c, n: -3.0 if n.op == "ERows" and c in rows_read else -2.0 if n.op == product
         else 1.0 if n.op == "ERows" else -float(inline(n)), random.Random(0))
     program = from_genome(space, genome, g.dims)
     source = checked_source(g, program)
+    assert bool(re.search(r"lumos_gemm_own\(\d, \d, r1 - r0", source)) == own
     live = [program.nodes[i].op for i in live_nodes(program)
             if program.nodes[i].op not in ("Input", "Constant")]
     assert "Gemm" not in live and len([n for n in live if n == "MaxReduce"]) <= 1

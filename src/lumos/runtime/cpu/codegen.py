@@ -406,7 +406,7 @@ LUMOS_GEMM_OWN(4, 6)
    of 64 columns, each k rows of its width rounded up to 16 and zero-padded, then each
    panel's columns of C for all rows of A (held in L1 across the panels) */
 void lumos_gemm_own(int ta, int tb, int64_t m, int64_t n, int64_t k, const float *a,
-                           int64_t lda, const float *b, int64_t ldb, float *c, int64_t ldc) {
+                    int64_t lda, const float *b, int64_t ldb, float *c, int64_t ldc) {
   float *restrict bp = lumos_tile(0, (n + 15) / 16 * 16 * k);
   for (int64_t j0 = 0; j0 < n; j0 += 64) {
     const int64_t w = n - j0 < 64 ? n - j0 : 64, wp = (w + 15) / 16 * 16;
@@ -630,6 +630,8 @@ class _Codegen:
         self._count = 0
         self._unsigned_zero: set[str] = set()  # per kernel: float values never -0
         self.tiles: dict[Node, int] = {}  # per kernel: the products it runs (Tile) -> number
+        self.own: set[Node] = set()  # per kernel: its products run by lumos_gemm_own
+        self.used_own = False  # some kernel calls lumos_gemm_own (OWN_GEMM is linked)
         self.tile_out: Expr = ZERO  # per kernel: its output's flat index
         self.tile_rows = True  # per kernel: every Tile read is at the output's position
         # per kernel: each Tile or Rows read's (index, valid, rank, bounds), for row_banded
@@ -816,6 +818,7 @@ class _Codegen:
                     f"{ld(a, gm.m if a.trans else gm.k)}, {self.arg(t.inputs[b.input])} + "
                     f"{c(b.offset)}, {ld(b, gm.k if b.trans else gm.n)}")
         if t in self.own:
+            self.used_own = True
             return (f"lumos_gemm_own({int(a.trans)}, {int(b.trans)}, r1 - r0, {c(gm.n)}, "
                     f"{c(gm.k)}, {operands}, t{j}, LUMOS_MAX({c(gm.n)}, 1));")
         trans = lambda mat: "CblasTrans" if mat.trans else "CblasNoTrans"  # noqa: E731
@@ -937,9 +940,9 @@ class _Codegen:
         try:
             yield
         finally:
-            args, count = self.args, self._count
+            args, count, used_own = self.args, self._count, self.used_own
             self.__dict__.update(saved)
-            self.args, self._count = args, count
+            self.args, self._count, self.used_own = args, count, used_own
 
     def rows_whole(self, lines: list[str]) -> list[str]:
         """The kernel's loops after each kernel it reads in bands (Rows) is run whole into
@@ -980,7 +983,6 @@ class _Codegen:
         out_index = self.prep(View.contiguous(shape).index, shape)
         b = b or (pack.body if pack is not None else None)
         self.tiles = {t.gemm: j for j, t in enumerate(tiles(b))} if b is not None else {}
-        # the products run by lumos_gemm_own, not OpenBLAS
         self.own = {t.gemm for t in tiles(b) if t.own} if b is not None else set()
         if own:
             self.own.add(n)
@@ -1468,6 +1470,7 @@ class _Codegen:
             return f"{ptr} + {at(mat.offset, mat.steps)}, (blasint)LUMOS_MAX(LUMOS_MAX(" \
                    f"{c(mat.ld)}, {c(width)}), 1)"
         a, b = gm.a, gm.b
+        self.used_own |= n in self.own
         call = (f"lumos_sgemm{'_own' if n in self.own else ''}({int(a.trans)}, "
                 f"{int(b.trans)}, {c(gm.m)}, {c(gm.n)}, {c(gm.k)}, "
                 f"{operand(a, gm.m if a.trans else gm.k)}, "
@@ -1842,8 +1845,8 @@ def generate(g: Kernels) -> tuple[tuple[Unit, ...], Layout]:
     layout = Layout(tuple(g.dims), tuple(buffers[:len(inputs)]),
                     tuple(buffers[len(inputs):]), tuple(temps), len(order), profiled,
                     tuple(inplace))
-    own = any("lumos_gemm_own(" in d or "lumos_sgemm_own(" in d for _, d in units.values())
-    return ("\n".join(parts), *units.values(), *[BLAS + PRELUDE + OWN_GEMM] * own), layout
+    own = [BLAS + PRELUDE + OWN_GEMM] if gen.used_own else []
+    return ("\n".join(parts), *units.values(), *own), layout
 
 
 class _NoFill(Exception):

@@ -748,12 +748,6 @@ OWN_MIN_COLUMNS = 16
 # seeds: a copy this large read only by a product is packed by the product block by block
 # (KGemmPack), never stored whole (a convolution's im2col windows: 29-115 MB in the CNN)
 PACK_MIN_BYTES = 4 << 20
-# ... and so is a relu6 this large read only by a product (KGemmPack of a max reduction:
-# MobileNetV2's stride-1 depthwise convolutions, each computed by the projection reading
-# it): 56x56x144 (14.4 MB) 1.92 -> 1.43 ms, kernel sums 22.5-23.2 -> 20.8 ms; the
-# 28x28x192 ones (4.8 MB, in cache between the kernels anyway) were slower packed
-# (0.29 -> 0.40 ms), the stem's 112x112x32 no faster than its projection's row blocks
-PACK_RELU_MIN_BYTES = 8 << 20
 # ... and its blocks multiplied by lumos' own kernel (Pack.panels), not OpenBLAS, where k
 # is at most this (measured on the CNN's convolutions, ms: k = 27 4.4 -> 2.4; k = 288,
 # 576, 1152: 10.7 -> 11.3, 9.6 -> 11.2, 8.7 -> 11.5)
@@ -765,6 +759,13 @@ PANELS_MAX_K = 256
 # 3.6 / 2.9, 112x112 32->64 8.6 / 11.4, 56x56 64->64 4.4 / 5.5, 28x28 128->256 8.8 / 8.7,
 # 14x14 256->256 6.6 / 4.4, 7x7 512->512 9.7 / 5.6)
 WINDOWS_MIN_COLUMNS = 1024
+# seeds: a relu6 this large read only by a product is computed by it block by block too
+# (KGemmPack of a max reduction: MobileNetV2's stride-1 depthwise convolutions, each by
+# the projection reading it): 56x56x144 (14.4 MB) 1.92 -> 1.43 ms, kernel sums 22.5-23.2
+# -> 20.8 ms; the 28x28x192 ones (4.8 MB, in cache between the kernels anyway) were slower
+# packed (0.29 -> 0.40 ms), the stem's 112x112x32 no faster than its projection's row
+# blocks
+PACK_RELU_MIN_BYTES = 8 << 20
 
 
 def seeds(space: SearchSpace, env: Mapping[str, int]) -> tuple[Cost, Cost]:
