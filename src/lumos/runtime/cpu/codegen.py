@@ -192,6 +192,10 @@ static inline float *lumos_tile(int j, int64_t n) {
 }
 typedef float lumos_f32x16 __attribute__((vector_size(64)));
 typedef float lumos_f32x16u __attribute__((vector_size(64), aligned(4)));
+/* 16 copies of one float: a broadcast from memory (`(lumos_f32x16){0} + x` adds first, to
+   keep -0.0 apart from 0.0, then broadcasts from a register on the port the FMAs need) */
+#define LUMOS_SPLAT_F32X16(x) __extension__({ const float x_ = (x); \
+  (lumos_f32x16){x_, x_, x_, x_, x_, x_, x_, x_, x_, x_, x_, x_, x_, x_, x_, x_}; })
 #if defined(__AVX512F__)
 #define LUMOS_PANELS 1
 /* C = A B for a block that a product packed itself (kernels.Pack.panels; B: k x n,
@@ -225,7 +229,7 @@ static void lumos_gemm_panels(int64_t m, int64_t n, int64_t k, const float *a, i
                            b1 = *(const lumos_f32x16u *)(bp + p * lb + 16),
                            b2 = *(const lumos_f32x16u *)(bp + p * lb + 32);
         for (int i = 0; i < 8; i++) {
-          const lumos_f32x16 x = (lumos_f32x16){0} + ap[p * 8 + i];
+          const lumos_f32x16 x = LUMOS_SPLAT_F32X16(ap[p * 8 + i]);
           acc[i][0] = LUMOS_FMA_F32X16(x, b0, acc[i][0]);
           acc[i][1] = LUMOS_FMA_F32X16(x, b1, acc[i][1]);
           acc[i][2] = LUMOS_FMA_F32X16(x, b2, acc[i][2]);
@@ -264,7 +268,7 @@ static void lumos_gemm_windows(int64_t m, int64_t k, const float *ap, const floa
       const lumos_f32x16 b0 = *(const lumos_f32x16u *)b, b1 = *(const lumos_f32x16u *)(b + 16),
                          b2 = *(const lumos_f32x16u *)(b + 32);
       for (int i = 0; i < 8; i++) {
-        const lumos_f32x16 x = (lumos_f32x16){0} + a[p * 8 + i];
+        const lumos_f32x16 x = LUMOS_SPLAT_F32X16(a[p * 8 + i]);
         acc[i][0] = LUMOS_FMA_F32X16(x, b0, acc[i][0]);
         acc[i][1] = LUMOS_FMA_F32X16(x, b1, acc[i][1]);
         acc[i][2] = LUMOS_FMA_F32X16(x, b2, acc[i][2]);
@@ -386,7 +390,7 @@ static void lumos_gemm_own##NV(int64_t m, int64_t nr, int64_t k, const float *a,
       lumos_f32x16 b[NV];                                                                       \
       for (int v = 0; v < NV; v++) b[v] = *(const lumos_f32x16u *)(bp + (p * NV + v) * 16);    \
       for (int i = 0; i < MR; i++) {                                                            \
-        const lumos_f32x16 x = (lumos_f32x16){0} + ar[i][p * sak];                             \
+        const lumos_f32x16 x = LUMOS_SPLAT_F32X16(ar[i][p * sak]);                              \
         for (int v = 0; v < NV; v++) acc[i][v] = LUMOS_FMA_F32X16(x, b[v], acc[i][v]);        \
       }                                                                                         \
     }                                                                                           \
