@@ -1,6 +1,7 @@
 """The `lumos` command: a real SmolLM2 run on the reference runtime, and one-line errors
 for bad input (unknown model, missing or truncated file, unsupported quantization, a prompt
-longer than the largest bucket, a missing model module)."""
+longer than the largest bucket, a missing model module, --flush-denormals without a
+search)."""
 
 from __future__ import annotations
 
@@ -83,6 +84,9 @@ def test_bad_input(smollm2, capsys, tmp_path, monkeypatch):
     assert "tensor token_embd.weight has unsupported type Q5_0" in write_q5(w, capsys, q5)
     assert "the prompt has 40 tokens; the largest prefill bucket holds 16" in error_of(
         capsys, ["run", "smollm2", " x" * 40, *SMALL])
+    assert "--flush-denormals applies to a searched program" in error_of(
+        capsys, ["run", "smollm2", "hi", "--runtime", "cpu", "--search", "0",
+                 "--flush-denormals"])
     assert "unknown model 'bert' for embed (known: minilm)" in error_of(
         capsys, ["embed", "bert", "a"])
     monkeypatch.setitem(cli.DISPATCH, "embed", {"gone": "no_such_model"})

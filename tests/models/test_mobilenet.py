@@ -92,10 +92,16 @@ def test_cli(images: list[Path], capsys: pytest.CaptureFixture[str]) -> None:
 
 
 @pytest.mark.slow
-def test_cpu_runtime(images: list[Path]) -> None:
+@pytest.mark.parametrize("flush", [False, True])
+def test_cpu_runtime(images: list[Path], flush: bool) -> None:
+    """The CPU runtime's program (and with flush_denormals: the weights hold subnormal
+    running means) against the reference runtime's."""
     from lumos.runtime import CpuRuntime
+    from lumos.search import CompileOptions
 
     batch = np.stack([mobilenet.preprocess(p) for p in images])
     want = mobilenet.Classifier(max_batch=2).probabilities(batch)
-    got = mobilenet.Classifier(runtime=CpuRuntime(), max_batch=2).probabilities(batch)
+    opts = CompileOptions(limit=2, flush_denormals=True) if flush else None
+    got = mobilenet.Classifier(runtime=CpuRuntime(), max_batch=2,
+                               options=opts).probabilities(batch)
     np.testing.assert_allclose(got, want, atol=1e-5)

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from lumos.cli import add_search_option, compile_options, median_seconds
+from lumos.cli import add_compile_options, compile_options, median_seconds
 from lumos.dtype import i64
 from lumos.frontend.tensor import Tensor, clamp, exp, reciprocal, sqrt
 from lumos.graph import Graph
@@ -213,10 +213,10 @@ def cli(args: Sequence[str]) -> int:
                                 description="Sentence embeddings with all-MiniLM-L6-v2.")
     p.add_argument("sentences", nargs="+")
     p.add_argument("--runtime", choices=("cpu", "reference"), default="cpu")
-    add_search_option(p)
+    add_compile_options(p)
     opts = p.parse_args(args)
     rt = CpuRuntime() if opts.runtime == "cpu" else ReferenceRuntime()
-    emb = SentenceEncoder(runtime=rt, options=compile_options(opts.runtime, opts.search)
+    emb = SentenceEncoder(runtime=rt, options=compile_options(opts)
                           ).encode(opts.sentences)
     for i, (s, e) in enumerate(zip(opts.sentences, emb, strict=True)):
         head = " ".join(f"{v:+.4f}" for v in e[:6])
@@ -236,11 +236,11 @@ def bench(args: Sequence[str]) -> int:
     p.add_argument("--seq", type=int, default=128)
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--runtime", choices=("cpu", "reference"), default="cpu")
-    add_search_option(p)
+    add_compile_options(p)
     opts = p.parse_args(args)
     enc = SentenceEncoder(runtime=CpuRuntime() if opts.runtime == "cpu" else ReferenceRuntime(),
                           max_batch=opts.batch,
-                          options=compile_options(opts.runtime, opts.search))
+                          options=compile_options(opts))
     ids = np.random.default_rng(0).integers(1000, 30000, (opts.batch, opts.seq))
     mask = np.ones_like(ids)
     t = median_seconds(lambda: enc.embed(ids, mask), opts.rounds)

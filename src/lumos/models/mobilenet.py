@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from lumos.cli import add_search_option, compile_options, median_seconds
+from lumos.cli import add_compile_options, compile_options, median_seconds
 from lumos.errors import LumosError
 from lumos.frontend.tensor import Tensor, clamp
 from lumos.graph import Graph
@@ -190,12 +190,12 @@ def cli(args: Sequence[str]) -> int:
     p.add_argument("images", nargs="+")
     p.add_argument("--top", type=int, default=5)
     p.add_argument("--runtime", choices=("cpu", "reference"), default="cpu")
-    add_search_option(p)
+    add_compile_options(p)
     opts = p.parse_args(args)
     batch = np.stack([preprocess(f) for f in opts.images])
     clf = Classifier(runtime=CpuRuntime() if opts.runtime == "cpu" else ReferenceRuntime(),
                      max_batch=len(batch),
-                     options=compile_options(opts.runtime, opts.search))
+                     options=compile_options(opts))
     for name, top in zip(opts.images, clf.top(batch, opts.top), strict=True):
         print(name)
         for label, prob in top:
@@ -209,11 +209,11 @@ def bench(args: Sequence[str]) -> int:
     p.add_argument("--batch", type=int, default=8)
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--runtime", choices=("cpu", "reference"), default="cpu")
-    add_search_option(p)
+    add_compile_options(p)
     opts = p.parse_args(args)
     clf = Classifier(runtime=CpuRuntime() if opts.runtime == "cpu" else ReferenceRuntime(),
                      max_batch=opts.batch,
-                     options=compile_options(opts.runtime, opts.search))
+                     options=compile_options(opts))
     x = np.random.default_rng(0).standard_normal((opts.batch, 3, 224, 224), np.float32)
     t = median_seconds(lambda: clf.probabilities(x), opts.rounds)
     print(f"mobilenet batch {opts.batch} x 224x224 on the {opts.runtime} runtime: "

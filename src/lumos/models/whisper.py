@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from lumos.cli import add_search_option, compile_options
+from lumos.cli import add_compile_options, compile_options
 from lumos.dtype import f16, f32, i64
 from lumos.errors import LumosError
 from lumos.frontend.nn import scaled_dot_product_attention
@@ -478,11 +478,11 @@ def cli(args: Sequence[str]) -> int:
     p.add_argument("audio", nargs="+", help="WAV files (PCM; resampled to 16 kHz)")
     p.add_argument("--runtime", choices=("cpu", "reference"), default="cpu",
                    help="the reference runtime needs tens of GB for the encoder")
-    add_search_option(p)
+    add_compile_options(p)
     opts = p.parse_args(args)
     clips = [read_wav(f) for f in opts.audio]
     model = Transcriber(runtime=CpuRuntime() if opts.runtime == "cpu" else ReferenceRuntime(),
-                        options=compile_options(opts.runtime, opts.search))
+                        options=compile_options(opts))
     for name, audio in zip(opts.audio, clips, strict=True):
         print(f"{name}: {model.transcribe(audio)}")
     return 0
@@ -493,10 +493,10 @@ def bench(args: Sequence[str]) -> int:
     p = argparse.ArgumentParser(prog="lumos bench whisper")
     p.add_argument("--tokens", type=int, default=32, help="decoded tokens (default 32)")
     p.add_argument("--runtime", choices=("cpu", "reference"), default="cpu")
-    add_search_option(p)
+    add_compile_options(p)
     opts = p.parse_args(args)
     model = Transcriber(runtime=CpuRuntime() if opts.runtime == "cpu" else ReferenceRuntime(),
-                        options=compile_options(opts.runtime, opts.search))
+                        options=compile_options(opts))
     features = log_mel(np.zeros(N_SAMPLES, np.float32))
     model.encode(features)  # warm-up: first touch of the buffers
     t0 = time.perf_counter()

@@ -442,6 +442,37 @@ void lumos_set_threads(int n) {
 }
 """
 BLAS = "#define LUMOS_BLAS 1\n#include <cblas.h>\n"  # OpenBLAS (see cc.py)
+# CompileOptions.flush_denormals: each thread of the pool saves its float control register
+# and sets flush-to-zero (x86: MXCSR's DAZ and FTZ bits; AArch64: FPCR's FZ), the run, then
+# each restores what it saved (the calling thread is one of them, and the pool's threads run
+# other code of the process too)
+_FLUSH = r"""#if defined(__x86_64__) || defined(__i386__)
+#define LUMOS_FPCR_GET() __builtin_ia32_stmxcsr()
+#define LUMOS_FPCR_SET(x) __builtin_ia32_ldmxcsr(x)
+#define LUMOS_FPCR_FLUSH 0x8040u
+#elif defined(__aarch64__)
+#define LUMOS_FPCR_GET() __builtin_aarch64_get_fpcr()
+#define LUMOS_FPCR_SET(x) __builtin_aarch64_set_fpcr(x)
+#define LUMOS_FPCR_FLUSH (1u << 24)
+#endif
+#ifdef LUMOS_FPCR_FLUSH
+static __thread unsigned lumos_fpcr;
+static __thread int lumos_fpcr_held;
+static void lumos_flush_denormals(int on) {
+  #pragma omp parallel num_threads(lumos_threads())
+  if (on && !lumos_fpcr_held) {
+    lumos_fpcr = LUMOS_FPCR_GET();
+    LUMOS_FPCR_SET(lumos_fpcr | LUMOS_FPCR_FLUSH);
+    lumos_fpcr_held = 1;
+  } else if (!on && lumos_fpcr_held) {
+    LUMOS_FPCR_SET(lumos_fpcr);
+    lumos_fpcr_held = 0;
+  }
+}
+#else
+static void lumos_flush_denormals(int on) { (void)on; }
+#endif
+"""
 
 _STORAGE = {"f32": "float", "f64": "double", "f16": "uint16_t", "bf16": "uint16_t",
             "i8": "int8_t", "u8": "uint8_t", "i16": "int16_t", "i32": "int32_t",
@@ -1766,10 +1797,10 @@ static inline int64_t lumos_now(void) {{
 """
 
 
-def generate(g: Kernels) -> tuple[tuple[Unit, ...], Layout]:
+def generate(g: Kernels, flush_denormals: bool = False) -> tuple[tuple[Unit, ...], Layout]:
     """The C translation units of `g`: the driver `lumos_run` first, then one per distinct
     kernel as (prelude, definition) (cached separately, compiled in batches: see
-    cc.compile_units); and its buffer layout."""
+    cc.compile_units); and its buffer layout. `flush_denormals`: see CompileOptions."""
     gen = _Codegen(g)
     nodes = g.nodes
     inputs = tuple(i for i, n in enumerate(nodes) if n.op == "Input")
@@ -1842,6 +1873,9 @@ def generate(g: Kernels) -> tuple[tuple[Unit, ...], Layout]:
         calls = [f"  t = lumos_now();\n{c}\n  lumos_profile_ns[{k}] = lumos_now() - t;"
                  for k, c in enumerate(calls)]
         calls.insert(0, "  int64_t t;")
+    if flush_denormals:
+        parts.append(_FLUSH)
+        calls = ["  lumos_flush_denormals(1);", *calls, "  lumos_flush_denormals(0);"]
     parts.append("void lumos_run(char *arena, const int64_t *off, void **in, void **out, "
                  "const int64_t *dims) {\n" + "\n".join(calls) + "\n}\n")
     buffers = [Buffer(i, nodes[i].shape, nodes[i].dtype, nodes[i].name)

@@ -52,9 +52,11 @@ from lumos.search import GeneticSearch, Genome, Genomes
 from lumos.search.options import CompileOptions
 
 
-def build(program: Graph | Kernels) -> CompiledProgram:
-    """A kernel program (or a Graph: one kernel per node) -> compiled C program."""
-    units, layout = generate(program if isinstance(program, Kernels) else from_graph(program))
+def build(program: Graph | Kernels, flush_denormals: bool = False) -> CompiledProgram:
+    """A kernel program (or a Graph: one kernel per node) -> compiled C program
+    (`flush_denormals`: see CompileOptions)."""
+    units, layout = generate(program if isinstance(program, Kernels) else from_graph(program),
+                             flush_denormals)
     return CompiledProgram(compile_units(units), layout)
 
 
@@ -193,13 +195,15 @@ class CpuRuntime:
         from lumos.runtime.cpu.tune import Profiling, prepare, tune
 
         opts = options or CompileOptions()
+        flush = opts.flush_denormals
         buckets = combos(graph.dims, opts.dim_buckets)
         rules = self.rules if options is not None else LOWER  # the baseline fuses nothing
         saved = ArtifactCache(graph, rules, options) if caching(opts) else None
         hit = saved.load(buckets) if saved is not None else None
         if hit is not None:
             return CpuProgram(graph, buckets, [build(from_genome(s, [0] * len(s.classes),
-                                                                 graph.dims)) for s in hit])
+                                                                 graph.dims), flush)
+                                               for s in hit])
         budget = Budget(opts.max_enodes, opts.max_iterations, opts.saturation_time_limit)
         envs = [{d: b.representative for d, b in combo.items()} for combo in buckets]
         programs, genomes = [], []
@@ -217,7 +221,7 @@ class CpuRuntime:
                 return [f.result() for f in prepared][k]
             for k, space in enumerate(spaces):
                 def realize(genome: Genome, space: SearchSpace = space) -> CompiledProgram:
-                    return build(from_genome(space, genome, graph.dims))
+                    return build(from_genome(space, genome, graph.dims), flush)
                 if options is None:
                     genomes.append(Genomes(space).baseline(random.Random(0)))
                     programs.append(realize(genomes[-1]))
