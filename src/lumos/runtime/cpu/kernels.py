@@ -757,8 +757,9 @@ PANELS_MAX_K = 256
 # evenly over the threads, its padding columns few (ms, batch 8, windows / packed blocks
 # by OpenBLAS / by lumos_gemm_panels: 224x224 3->32 4.5 / 5.5 / 4.6, 112x112 16->32 2.2 /
 # 3.6 / 2.9, 112x112 32->64 8.6 / 11.4, 56x56 64->64 4.4 / 5.5, 28x28 128->256 8.8 / 8.7,
-# 14x14 256->256 6.6 / 4.4, 7x7 512->512 9.7 / 5.6)
-WINDOWS_MIN_COLUMNS = 1024
+# 14x14 256->256 6.6 / 4.4, 7x7 512->512 9.7 / 5.6; on a Xeon, once the windows kernel
+# broadcast from memory and fetched its next rows of C ahead: 28x28 128->256 14.9 / 16.3)
+WINDOWS_MIN_COLUMNS = 784
 # seeds: a relu6 this large read only by a product is computed by it block by block too
 # (KGemmPack of a max reduction: MobileNetV2's stride-1 depthwise convolutions, each by
 # the projection reading it): 56x56x144 (14.4 MB) 1.92 -> 1.43 ms, kernel sums 22.5-23.2
