@@ -303,3 +303,18 @@ def test_flush_denormals_holds_only_while_the_program_runs() -> None:
     for k, (got, want) in enumerate(execute_both(kept, outs, feeds)):
         assert (want > 0).all()
         assert_same(got, want, lumos.f32, exact=True, what=f"output {k}")
+
+
+def test_rows_of_a_multiple_of_16_or_long_are_vectorized_wide() -> None:
+    """codegen.LUMOS_WIDE on a kernel whose output rows hold a multiple of 16 elements or at
+    least 256 (64-byte vectors), not on one of 28 (most of each row in scalar code); the
+    results the same either way."""
+    for cols, wide in ((96, True), (300, True), (28, False), (24, False)):
+        g = lumos.Graph()
+        x = g.tensor((64, cols), lumos.f32, "x")
+        y = (x * 3.0 + 1.0).exp().output()
+        feeds = {x: np.random.default_rng(cols).standard_normal((64, cols)).astype(np.float32)}
+        (got, want), = run_both([y], feeds)
+        assert_same(got, want, lumos.f32, exact=False, what=f"{cols} columns")
+        text = build(g).source.read_text()
+        assert ("LUMOS_WIDE void" in text) == wide, cols

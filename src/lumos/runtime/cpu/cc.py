@@ -30,9 +30,6 @@ import scipy_openblas32
 from lumos.errors import LumosError
 
 FLAGS = ("-O3", "-march=native", "-fopenmp", "-fPIC",
-         # loops in 64-byte vectors where the CPU has them (GCC 12 tunes an unknown Xeon as
-         # Rocket Lake: 32; MobileNetV2's banded expansion + depthwise 4.1 -> 3.2 ms)
-         "-mprefer-vector-width=512",
          "-fwrapv",  # integer arithmetic wraps, as in numpy
          "-fno-math-errno",  # sqrt inlines; values are unchanged
          "-ffp-contract=off")  # no FMA contraction: rounding as written
