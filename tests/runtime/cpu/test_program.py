@@ -285,19 +285,22 @@ def test_thread_count(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_flush_denormals_holds_only_while_the_program_runs() -> None:
     """CompileOptions.flush_denormals: a subnormal result, and a subnormal operand, are
-    zero inside the run; after it, the calling thread and the pool's threads keep
-    subnormals again (numpy's arithmetic, and the same graph compiled without the option:
-    the reference's values bit for bit, on both threads)."""
+    zero inside the run (a subnormal half is a normal float, and stays exact); after it,
+    the calling thread and the pool's threads keep subnormals again (numpy's arithmetic,
+    and the same graph compiled without the option: the reference's values bit for bit,
+    on both threads)."""
     n = 1 << 16  # elementwise kernels split over the threads from 32768 elements
     g = lumos.Graph()
     x = g.tensor((n,), lumos.f32, "x")
     d = g.tensor((n,), lumos.f32, "d")
-    outs = [(x * x).output(), (d + d).output()]
-    feeds = {x: np.full(n, 2.0 ** -70, np.float32), d: np.full(n, 2.0 ** -140, np.float32)}
+    h = g.tensor((n,), lumos.f16, "h")  # subnormal halves: normal floats, never flushed
+    outs = [(x * x).output(), (d + d).output(), (h.to(lumos.f32) * 2.0).output()]
+    feeds = {x: np.full(n, 2.0 ** -70, np.float32), d: np.full(n, 2.0 ** -140, np.float32),
+             h: np.full(n, 2.0 ** -24, np.float16)}
     tiny = lumos.CompileOptions(limit=1, cache=False)
     flushed = g.compile(CpuRuntime(), dataclasses.replace(tiny, flush_denormals=True))
-    for t in outs:
-        np.testing.assert_array_equal(execute_both(flushed, [t], feeds)[0][0], 0.0)
+    for t, want in zip(outs, (0.0, 0.0, 2.0 ** -23), strict=True):
+        np.testing.assert_array_equal(execute_both(flushed, [t], feeds)[0][0], want)
     assert np.float32(2.0 ** -70) * np.float32(2.0 ** -70) == np.float32(2.0 ** -140) > 0
     kept = g.compile(CpuRuntime(), tiny)
     for k, (got, want) in enumerate(execute_both(kept, outs, feeds)):

@@ -339,12 +339,14 @@ static inline uint16_t lumos_f32_bf16(float f) {
 static inline float lumos_f16_f32(uint16_t h) {
   /* branch-free, so that a loop of them vectorizes (with branches an f16 matrix-vector
      product ran at 2 G weights/s): exponent and mantissa shifted into place, scaled by
-     2^112 (exact; subnormal halves become normal floats), inf/NaN given the all-ones
-     exponent, then the sign */
-  uint32_t u = (uint32_t)(h & 0x7FFFu) << 13;
+     2^112 (exact); a subnormal half is its integer mantissa times 2^-24 instead (exact: a
+     normal float, and no subnormal float on the way, which CompileOptions.flush_denormals
+     would read as zero); inf/NaN given the all-ones exponent, then the sign */
+  const uint32_t m = h & 0x7FFFu;
+  uint32_t u = m << 13;
   float f;
   memcpy(&f, &u, 4);
-  f *= 0x1p112f;
+  f = m < 0x400u ? (float)(int32_t)m * 0x1p-24f : f * 0x1p112f;
   memcpy(&u, &f, 4);
   u |= (h & 0x7C00u) == 0x7C00u ? 0x7F800000u : 0u;
   u |= (uint32_t)(h & 0x8000u) << 16;
