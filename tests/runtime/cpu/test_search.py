@@ -10,8 +10,9 @@ import numpy as np
 import pytest
 
 import lumos
-from lumos.runtime.cpu import CpuRuntime
+from lumos.runtime.cpu import CompileError, CpuRuntime
 from lumos.runtime.cpu import program as program_module
+from lumos.runtime.cpu.cc import UnsupportedProgram
 from lumos.search import CompileOptions, GeneticSearch, Outcome, Rejected
 from lumos.search.genome import Genome
 from tests.runtime.cpu.common import assert_same, execute_both
@@ -72,6 +73,26 @@ def test_crashing_or_hanging_candidates_are_invalid(monkeypatch: pytest.MonkeyPa
     prog = x.graph.compile(CpuRuntime(), opts)
     assert len(sources) >= 3
     assert body not in prog.compiled.source.read_text()
+    check(prog, x, y, out)
+
+
+@pytest.mark.parametrize("error, warned", [(CompileError, True), (UnsupportedProgram, False)])
+def test_a_rejected_candidate_is_reported_unless_codegen_covers_no_such_program(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+        error: type, warned: bool) -> None:
+    """A candidate whose C fails (a lumos bug) is a warning; one that codegen writes no C
+    for (a combination no kernel covers) only a log line; the search goes on either way."""
+    x, y, out = chain_graph()
+    real, calls = program_module.generate, []
+
+    def generate(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 1:
+            raise error("no C for this one")
+        return real(*args, **kwargs)
+    monkeypatch.setattr(program_module, "generate", generate)
+    prog = x.graph.compile(CpuRuntime(), OPTS)
+    assert ("search candidate rejected: no C for this one" in capsys.readouterr().err) == warned
     check(prog, x, y, out)
 
 

@@ -46,6 +46,11 @@ class CompileError(LumosError, RuntimeError):
     """The C compiler rejected generated source (the message names the saved source)."""
 
 
+class UnsupportedProgram(CompileError):
+    """A program codegen writes no C for: a combination of choices the search can reach
+    that no kernel covers (a search rejects it quietly; the C compiler's errors are bugs)."""
+
+
 class CompileTimeout(CompileError):
     """The compilers were still running at the deadline of `time_limit` (and were killed)."""
 

@@ -34,7 +34,7 @@ from lumos.dtype import DType, bf16, f16, f32, from_numpy_value
 from lumos.graph import live_nodes
 from lumos.hlir import UNARY, Node
 from lumos.logs import enabled
-from lumos.runtime.cpu.cc import CompileError, Unit
+from lumos.runtime.cpu.cc import Unit, UnsupportedProgram
 from lumos.runtime.cpu.kernels import (
     Apply,
     Body,
@@ -1010,7 +1010,7 @@ class _Codegen:
         head, tail = [], []
         for r in self.rows_in:
             if r.dtype != f32:
-                raise CompileError(f"a {r.dtype} kernel read in bands (f32 only)")
+                raise UnsupportedProgram(f"a {r.dtype} kernel read in bands (f32 only)")
             name = self.rows_names[id(r.body)]
             with self._inner(out=name, out_shift=""):
                 inner = self._kernel(r.node, r.body, None)
@@ -1064,7 +1064,7 @@ class _Codegen:
             if pack.windows:
                 return self.gemm_windows(n, pack)
             if rows(pack.body):  # (row_banded runs bands for an output loop only)
-                raise CompileError("a packed factor computing a kernel in bands")
+                raise UnsupportedProgram("a packed factor computing a kernel in bands")
             # a product the packed body reads (EGemm) is run whole first
             lines = self.gemm_pack(n, pack)
             return self.whole_products(lines) if self.tiles else lines
@@ -1138,7 +1138,7 @@ class _Codegen:
             if at is None or not at.offset.is_num or at.row != "z1" or at.line != "z2" or \
                     at.batch not in (None, "z0") or len(shape) < 4 or \
                     simplify(shape[1] - gm.m, sc.bounds) is not ZERO:  # type: ignore[union-attr]
-                raise CompileError("a windows product read outside a band of its rows")
+                raise UnsupportedProgram("a windows product read outside a band of its rows")
             self.band_reads.append((at.step, at.offset.value))
             wp = self.windows_code(b.gemm, b.windows).wp
             pos = Var("z1") * Var("bw") + (at.image_row() - Var("r0")) * self.ren(wp) + at.col
@@ -1729,11 +1729,11 @@ class _Codegen:
         (t,) = self.windowed
         j = self.tiles[t.gemm]
         if len(self.tiles) > 1 or len(shape) < 4 or not self.band_reads:
-            raise CompileError("a windows product read by a kernel that is not banded")
+            raise UnsupportedProgram("a windows product read by a kernel that is not banded")
         w = self.windows_code(t.gemm, t.windows)  # type: ignore[arg-type]
         step = max(s for s, _ in self.band_reads)
         if any(s != step for s, _ in self.band_reads):
-            raise CompileError("a windows product read at rows of two steps")
+            raise UnsupportedProgram("a windows product read at rows of two steps")
         lo = min(o for _, o in self.band_reads)
         hi = max(o for _, o in self.band_reads)
         c = lambda e: self.ren(e).to_c(bounds)  # noqa: E731

@@ -30,7 +30,7 @@ import numpy as np
 from lumos.dtype import DType, from_numpy_value, to_numpy_value
 from lumos.graph import Graph
 from lumos.logs import log, warn
-from lumos.runtime.cpu.cc import CompileError, time_limit
+from lumos.runtime.cpu.cc import CompileError, UnsupportedProgram, time_limit
 from lumos.runtime.cpu.isolate import CandidateError, Sandbox, Stashed
 from lumos.runtime.cpu.program import CompiledProgram
 from lumos.runtime.reference import run_hlir
@@ -160,8 +160,10 @@ def tune(graph: Graph, search: GeneticSearch, realize: Callable[[Genome], Compil
                 program = realize(genome)
         except CompileError as e:
             # the search goes on without it, but say so: a timeout may cost the fast
-            # program, and C that does not compile is a lumos bug to report
-            warn(f"search candidate rejected: {str(e).splitlines()[0]}")
+            # program, and C that does not compile is a lumos bug to report (a program
+            # codegen does not cover is neither)
+            if not isinstance(e, UnsupportedProgram):
+                warn(f"search candidate rejected: {str(e).splitlines()[0]}")
             log("search", f"candidate rejected: {str(e)[:4000]}")
             return Rejected(str(e))
         if not prepared:
