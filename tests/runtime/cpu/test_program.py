@@ -308,6 +308,29 @@ def test_flush_denormals_holds_only_while_the_program_runs() -> None:
         assert_same(got, want, lumos.f32, exact=True, what=f"output {k}")
 
 
+def test_a_reduction_over_rows_of_its_own_prefetches_the_rows_ahead() -> None:
+    """codegen.prefetch_rows: a reduction whose every output reads its own row of 32 bytes
+    or more prefetches the row PREFETCH_BYTES ahead (rows of 64 floats: 4 rows, 256
+    elements, 5 lines as the row may start mid-line); not rows of 24 bytes (a max of
+    int8s), nor a column sum (the rows are read across). The results the same."""
+    def sum_or_max(x: lumos.Tensor, axis: int) -> lumos.Tensor:
+        return x.amax(axis) if x.dtype is lumos.i8 else x.sum(axis)  # i8 sums are i64
+
+    cases = (((96, 64), lumos.f32, 1, ["b0 + (64*z0) + " + str(256 + 16 * k) for k in range(5)]),
+             ((96, 24), lumos.i8, 1, []),
+             ((64, 96), lumos.f32, 0, []))
+    for shape, dt, axis, want_lines in cases:
+        g = lumos.Graph()
+        x = g.tensor(shape, dt, "x")
+        y = sum_or_max(x, axis).output()
+        a = np.random.default_rng(0).integers(-9, 9, shape).astype(dt.np)
+        (got, want), = run_both([y], {x: a})
+        assert_same(got, want, y.dtype, exact=False, what=f"{shape} sum({axis})")
+        text = build(g).source.read_text()
+        found = re.findall(r"__builtin_prefetch\((b\d.*?)\);", text)
+        assert found == want_lines, (shape, axis)
+
+
 def test_rows_of_a_multiple_of_16_or_long_are_vectorized_wide() -> None:
     """codegen.LUMOS_WIDE on a kernel whose output rows hold a multiple of 16 elements or at
     least 256 (64-byte vectors), not on one of 28 (most of each row in scalar code); the
