@@ -295,6 +295,9 @@ case(aten.repeat.default, r(2, 3, nc=True), [2, 1, 3])
 for op in (aten.alias.default, aten.clone.default, aten.detach.default,
            aten.lift_fresh_copy.default):
     case(op, r(3, 4, nc=True))
+case(aten.clone.default, r(3, 4, dtype=i16, nc=True), memory_format=torch.contiguous_format)
+case(aten.clone.default, r(2, 3, 4, dtype=bf16).permute(1, 0, 2),
+     memory_format=torch.contiguous_format)
 case(aten._to_copy.default, r(3, 4, nc=True), dtype=bf16)
 case(aten._to_copy.default, r(3, 4), dtype=i32)
 case(aten._to_copy.default, r(3, 4, dtype=i64), dtype=f16)
@@ -383,3 +386,15 @@ def test_promotion(a: torch.dtype, b: torch.dtype) -> None:
     fn = lambda u, v: (u * v + 1, torch.where(v.bool(), u, 2))  # noqa: E731
     _, compiled = compile_aten(fn, x, y)
     assert_same(compiled(x, y), fn(x, y))
+
+
+def test_a_clone_asked_contiguous_is_a_copy() -> None:
+    """clone(memory_format=contiguous_format) of a transposed tensor is a copy node (x * 1)
+    in the lumos graph, so a product reading it can multiply a plain matrix; a clone that
+    keeps the format is none. Both as in eager."""
+    x, w = r(4, 3), r(4, 5)
+    for fmt, copies in ((torch.contiguous_format, 1), (torch.preserve_format, 0)):
+        fn = lambda t, u: t.T.clone(memory_format=fmt) @ u  # noqa: B023, E731
+        _, compiled = compile_aten(fn, x, w)
+        assert [n.op for n in compiled.tr.graph.nodes].count("Mul") == 1 + copies
+        assert_same(compiled(x, w), fn(x, w))
