@@ -57,7 +57,7 @@ from lumos.runtime.cpu.kernels import (
     windows,
 )
 from lumos.shape import Expr, Num, Var, View, simplify, z
-from lumos.shape.expr import ONE, ZERO
+from lumos.shape.expr import ONE, ZERO, nrange
 from lumos.shape.view import numel
 
 BLOCK = 2048  # innermost-axis elements per parallel task (at most PRELUDE's lumos_zero_row)
@@ -1958,6 +1958,12 @@ def generate(g: Kernels, flush_denormals: bool = False) -> tuple[tuple[Unit, ...
         signature = f"({', '.join(params)}, const int64_t *restrict dims)"
         row = n.shape[-1] if n.shape else ONE
         wide = row.is_num and (row.value % WIDE_LANES == 0 or row.value >= WIDE_MIN_ROW)
+        if n.op in ("SumReduce", "MaxReduce") and n.axis is not None:
+            # ... or whose reduced axis is (its vector loop, unless run outside the outputs')
+            length = gen.ren(_body_shape(g.bodies[i])[n.axis])
+            hi = nrange(length, gen.dim_bounds)[1]
+            wide = wide or length.is_num and length.value % WIDE_LANES == 0 or \
+                hi is not None and hi >= WIDE_MIN_ROW
         attrs = "__attribute__((weak)) LUMOS_WIDE" if wide else "__attribute__((weak))"
         text = signature + " {\n" + dim_decls + _indent(body) + "}\n"
         # named by content: equal kernels (layers, other programs) share one compiled object
