@@ -6,10 +6,8 @@ from __future__ import annotations
 import threading
 from collections.abc import Mapping, Sequence
 
-from egglog import bindings as b
-
 from lumos.egraph import worker
-from lumos.egraph.encode import SPAN, bound_facts, fingerprints, insert_commands
+from lumos.egraph.encode import bound_facts, egg, fingerprints, insert_commands, span
 from lumos.egraph.readback import read_space
 from lumos.egraph.schedule import CORE, Budget, Rules, Runner, load
 from lumos.egraph.space import SearchSpace
@@ -41,6 +39,7 @@ def saturate(graph: Graph, all_bounds: Sequence[Bounds], rules: Rules,
              budget: Budget) -> list[SearchSpace]:
     """The in-process build, on an e-graph that has `rules` loaded (kept per thread and
     restored with push/pop; push/pop again around each bucket combination)."""
+    b = egg()
     egraphs = _loaded.__dict__.setdefault("egraphs", {})
     if rules not in egraphs:
         eg = b.EGraph()
@@ -59,8 +58,8 @@ def saturate(graph: Graph, all_bounds: Sequence[Bounds], rules: Rules,
             Runner(eg, ctors, budget).schedule(rules.stages)
             spaces.append(read_space(eg, ctors, fps))
             if nested:
-                eg.run_program(b.Pop(SPAN, 1))
-        eg.run_program(b.Pop(SPAN, 1))
+                eg.run_program(b.Pop(span(), 1))
+        eg.run_program(b.Pop(span(), 1))
     except BaseException:
         del egraphs[rules]  # in an unknown state: the next build starts afresh
         raise

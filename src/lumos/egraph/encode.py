@@ -9,18 +9,35 @@ under one `(Op (Root) outputs)`, and `(origin kind inputs i)` marks original nod
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from egglog import bindings as b
 
 from lumos.graph import Graph
 from lumos.hlir import BINARY, REDUCE, UNARY, Node
 from lumos.shape import Expr, View
 from lumos.shape.expr import is_axis_var
 
-SPAN = b.RustSpan(__file__, 0, 0)  # where egglog errors say the terms came from
+if TYPE_CHECKING:
+    from egglog import bindings as b
+
+
+@functools.cache
+def egg() -> Any:
+    """egglog's bindings, imported on first use: only the e-graph worker saturates, and
+    importing egglog costs 0.23 s (most of it the formatter its pretty-printer imports),
+    a twentieth of a small model's cold compile through torch.compile."""
+    from egglog import bindings
+    return bindings
+
+
+@functools.cache
+def span() -> b.RustSpan:
+    """Where egglog's errors say the terms came from."""
+    return egg().RustSpan(__file__, 0, 0)
 
 # HLIR op -> the fields its kind carries after the output shape ("view": one per input)
 FIELDS: dict[str, tuple[str, ...]] = {
@@ -36,13 +53,15 @@ _BINOPS = {"fdiv": "Div", "mod": "Mod", "min": "Min", "max": "Max", "lt": "Lt", 
 
 
 def call(name: str, *args: object) -> b.Call:
-    return b.Call(SPAN, name, list(args))
+    b = egg()
+    return b.Call(span(), name, list(args))
 
 
 def lit(v: int | str | bool) -> b.Lit:
+    b = egg()
     if isinstance(v, bool):
-        return b.Lit(SPAN, b.Bool(v))
-    return b.Lit(SPAN, b.Int(v) if isinstance(v, int) else b.String(v))
+        return b.Lit(span(), b.Bool(v))
+    return b.Lit(span(), b.Int(v) if isinstance(v, int) else b.String(v))
 
 
 def value_text(v: object) -> str:
@@ -73,13 +92,14 @@ class Encoder:
         self._memo: dict[object, b.Var | b.Call] = {}
 
     def _let(self, key: object, term: b.Call) -> b.Var | b.Call:
+        b = egg()
         v = self._memo.get(key)
         if v is None:
             if self.inline:
                 v = self._memo[key] = term
             else:
-                v = self._memo[key] = b.Var(SPAN, f"v{len(self.actions)}")
-                self.actions.append(b.Let(SPAN, v.name, term))
+                v = self._memo[key] = b.Var(span(), f"v{len(self.actions)}")
+                self.actions.append(b.Let(span(), v.name, term))
         return v
 
     def expr(self, e: Expr, shape: tuple[Expr, ...] = ()) -> b.Var | b.Call:
@@ -123,6 +143,7 @@ class Encoder:
         return self._memo[key]
 
     def view(self, v: View) -> b.Var | b.Call:
+        b = egg()
         key = ("v", v)
         if key not in self._memo:
             sh = self.shape(v.shape)
@@ -130,7 +151,7 @@ class Encoder:
             self._let(key, call("V", sh, idx, self.expr(v.valid, v.shape)))
             if v.is_contiguous() and ("rm", v.shape) not in self._memo:
                 self._memo[("rm", v.shape)] = idx
-                self.actions.append(b.Union(SPAN, call("RowMajor", sh), idx))
+                self.actions.append(b.Union(span(), call("RowMajor", sh), idx))
         return self._memo[key]
 
     def kind(self, n: Node) -> b.Call:
@@ -152,12 +173,13 @@ class Encoder:
 
     def graph(self, g: Graph) -> None:
         """Every node, and the Root over the outputs."""
+        b = egg()
         terms: dict[int, b.Var | b.Call] = {}
         for i, n in enumerate(g.nodes):
             kind = self._let(("k", i), self.kind(n))
             inputs = self._inputs([terms[j] for j in n.inputs])
             terms[i] = self._let(("t", i), call("Op", kind, inputs))
-            self.actions.append(b.Expr_(SPAN, call("origin", kind, inputs, lit(i))))
+            self.actions.append(b.Expr_(span(), call("origin", kind, inputs, lit(i))))
         self._let(("root",), call("Op", call("Root"), self._inputs([terms[o] for o in g.outputs])))
 
     def _inputs(self, terms: list) -> b.Call:
@@ -169,20 +191,22 @@ class Encoder:
 
 def insert_commands(g: Graph, name: str = "insert") -> list:
     """Commands that add `g` to an e-graph (once the rule files are loaded)."""
+    b = egg()
     enc = Encoder()
     enc.graph(g)
-    rule = b.Rule(SPAN, enc.actions, [], name, name)
-    return [b.AddRuleset(SPAN, name), b.RuleCommand(rule),
-            b.RunSchedule(b.Run(SPAN, b.RunConfig(name)))]
+    rule = b.Rule(span(), enc.actions, [], name, name)
+    return [b.AddRuleset(span(), name), b.RuleCommand(rule),
+            b.RunSchedule(b.Run(span(), b.RunConfig(name)))]
 
 
 def bound_facts(bounds: Mapping[str, tuple[int, int | None]]) -> list:
     """Interval facts (lo/hi of rules/expr.egg) for the named dims."""
+    b = egg()
     cmds = []
     for name, (lo, hi) in sorted(bounds.items()):
-        cmds.append(b.ActionCommand(b.Set(SPAN, "lo", [call("Var", lit(name))], lit(lo))))
+        cmds.append(b.ActionCommand(b.Set(span(), "lo", [call("Var", lit(name))], lit(lo))))
         if hi is not None:
-            cmds.append(b.ActionCommand(b.Set(SPAN, "hi", [call("Var", lit(name))], lit(hi))))
+            cmds.append(b.ActionCommand(b.Set(span(), "hi", [call("Var", lit(name))], lit(hi))))
     return cmds
 
 

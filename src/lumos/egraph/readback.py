@@ -15,14 +15,16 @@ import hashlib
 import operator
 from collections import defaultdict
 from collections.abc import Callable, Hashable, Mapping, Set
-
-from egglog import bindings as b
+from typing import TYPE_CHECKING
 
 from lumos.egraph.encode import FIELDS, KIND_PREFIX
 from lumos.egraph.space import ENode, SearchSpace
 from lumos.errors import LumosError
 from lumos.shape import Expr, Num, Var, View, z
 from lumos.shape.expr import emax, emin
+
+if TYPE_CHECKING:
+    from egglog import bindings as b
 
 _EXPR: dict[str, Callable[[Expr, Expr], Expr]] = {
     "Add": operator.add, "Mul": operator.mul, "Div": operator.floordiv, "Mod": operator.mod,

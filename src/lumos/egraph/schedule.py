@@ -20,11 +20,13 @@ import time
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from egglog import bindings as b
-
-from lumos.egraph.encode import SPAN
+from lumos.egraph.encode import egg, span
 from lumos.logs import enabled, log, warn
+
+if TYPE_CHECKING:
+    from egglog import bindings as b
 
 RULES_DIR = Path(__file__).parent / "rules"
 SATURATION_CAP = 1000  # iterations of a saturating ruleset; more: it never saturates
@@ -71,6 +73,7 @@ CORE = Rules.files(*(RULES_DIR / f"{n}.egg" for n in ("terms", "expr", "dtype", 
 
 def load(eg: b.EGraph, rules: Rules) -> set[str]:
     """Run the rule texts; returns the names of the constructors they declare."""
+    b = egg()
     ctors: set[str] = set()
     for i, text in enumerate(rules.texts):
         cmds = eg.parse_program(text, filename=f"rules{i}")
@@ -98,15 +101,16 @@ class Runner:
         self.stats: dict[str, list[float]] = defaultdict(lambda: [0, 0, 0.0])  # its, matches, s
 
     def enodes(self) -> int:
-        (out,) = self.eg.run_program(b.PrintSize(SPAN, None))
+        (out,) = self.eg.run_program(egg().PrintSize(span(), None))
         return sum(n for f, n in out.sizes if f in self.ctors)
 
     def run(self, ruleset: str, times: int = 1) -> bool:
         """Run `ruleset` up to `times` iterations (egglog stops early once one changes
         nothing); True if it changed the e-graph. Then check the e-node budget."""
-        sched = b.Run(SPAN, b.RunConfig(ruleset))
+        b = egg()
+        sched = b.Run(span(), b.RunConfig(ruleset))
         t = time.perf_counter()
-        (out,) = self.eg.run_program(b.RunSchedule(b.Repeat(SPAN, times, sched)))
+        (out,) = self.eg.run_program(b.RunSchedule(b.Repeat(span(), times, sched)))
         its = out.report.iterations
         s = self.stats[ruleset]
         s[0] += len(its)

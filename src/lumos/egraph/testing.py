@@ -13,7 +13,7 @@ from typing import Any
 
 from egglog import bindings as b
 
-from lumos.egraph.encode import SPAN, Encoder, bound_facts, call, insert_commands, lit
+from lumos.egraph.encode import Encoder, bound_facts, call, insert_commands, lit, span
 from lumos.egraph.schedule import Budget, Rules, Runner, load
 from lumos.graph import Graph
 from lumos.shape import Expr, sym
@@ -30,7 +30,7 @@ class RuleCheck:
         if graph is not None:
             self.eg.run_program(*insert_commands(graph))
         for e in exprs:
-            self.eg.run_program(b.ActionCommand(b.Expr_(SPAN, _term(e))))
+            self.eg.run_program(b.ActionCommand(b.Expr_(span(), _term(e))))
         dims = {**(graph.dims if graph is not None else {}), **(bounds or {})}
         self.eg.run_program(*bound_facts(dims))
         self.runner = Runner(self.eg, ctors, budget or Budget())
@@ -40,12 +40,13 @@ class RuleCheck:
         """Did the rules put x and y in one e-class? Both tensors of the inserted graph
         (their nodes are compared), or both inserted expressions."""
         if isinstance(x, Expr | tuple):
-            facts = [b.Eq(SPAN, _term(x), _term(y))]
+            facts = [b.Eq(span(), _term(x), _term(y))]
         else:
-            facts = [b.Fact(call("origin", b.Var(SPAN, f"k{i}"), b.Var(SPAN, f"l{i}"), lit(t.node)))
+            k, l_ = [b.Var(span(), f"k{i}") for i in range(2)], \
+                [b.Var(span(), f"l{i}") for i in range(2)]
+            facts = [b.Fact(call("origin", k[i], l_[i], lit(t.node)))
                      for i, t in enumerate((x, y))]
-            facts.append(b.Eq(SPAN, *(call("Op", b.Var(SPAN, f"k{i}"), b.Var(SPAN, f"l{i}"))
-                                      for i in range(2))))
+            facts.append(b.Eq(span(), *(call("Op", k[i], l_[i]) for i in range(2))))
         return self.check(facts)
 
     def check(self, facts: list) -> bool:
@@ -54,7 +55,7 @@ class RuleCheck:
             if isinstance(facts, str):
                 self.eg.run_program(*self.eg.parse_program(f"(check {facts})"))
             else:
-                self.eg.run_program(b.Check(SPAN, facts))
+                self.eg.run_program(b.Check(span(), facts))
         except b.EggSmolError:
             return False
         return True
