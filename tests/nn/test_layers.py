@@ -139,6 +139,20 @@ def test_attention_grouped_causal(heads, kv_heads):
     np.testing.assert_allclose(got, want.numpy(), rtol=1e-4, atol=1e-4)
 
 
+def test_attention_products_are_plain_matrix_products():
+    """Attention's query heads sharing a KV head are one matrix (its weights times the
+    values: a product per KV head, no broadcast), and the heads side by side are stored
+    for the output projection: both offered to the CPU runtime as BLAS products."""
+    from tests.runtime.cpu.test_fusion import space_of
+
+    g = lumos.Graph()
+    nn.Attention(24, 6, 2)(g.tensor((2, 5, 24), lumos.f32, "x"), causal=True).output()
+    products = [next(tuple(e.value for e in n.fields[0]) for n in alts if n.op == "KGemm")
+                for alts in space_of(g).classes if any(n.op == "KGemm" for n in alts)]
+    assert (2, 2, 15, 4) in products  # probabilities (2, 2 KV heads, 3 x 5 rows, 5) @ v
+    assert products.count((2, 5, 24)) == 2  # the query and output projections
+
+
 def test_attention_padding_mask_and_cross():
     d, heads = 16, 2
     w = {n: randn(d, d) for n in ("q_proj.weight", "k_proj.weight", "v_proj.weight",

@@ -211,19 +211,23 @@ class Attention(Module):
             q, k = rope(q, pos), rope(k, pos)
         if cache is not None:
             k, v = cache.update(k, v, start)
-        rep = self.n_heads // self.n_kv_heads
-        if rep > 1:  # each KV head serves `rep` query heads: a view
-            _, hk, n, hd = k.shape
-            k = k.unsqueeze(2).expand(b, hk, rep, n, hd).reshape(b, self.n_heads, n, hd)
-            v = v.unsqueeze(2).expand(b, hk, rep, n, hd).reshape(b, self.n_heads, n, hd)
-        scores = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(self.head_dim))
+        # each KV head serves `rep` query heads, whose rows are one matrix: the products
+        # are batched over the KV heads, each a plain matrix product (a KV head read
+        # through a broadcast per query head took SmolLM2's prefill 0.6 ms a layer)
+        hk, n, hd, rep = self.n_kv_heads, k.shape[-2], self.head_dim, \
+            self.n_heads // self.n_kv_heads
+        grouped = (b, hk, rep * s, -1)
+        scores = q.reshape(grouped) @ k.transpose(-2, -1)
+        scores = scores.reshape(b, self.n_heads, s, n) * (1.0 / math.sqrt(hd))
         if causal:
-            scores = scores + causal_bias(x.graph, s, k.shape[-2], start)
+            scores = scores + causal_bias(x.graph, s, n, start)
         if mask is not None:
             scores = scores + (where(mask, 0.0, float("-inf")) if mask.dtype.is_bool
                                else _cast(mask, scores))
-        out = scores.softmax(-1) @ v
-        out = out.transpose(1, 2).reshape(b, s, self.n_heads * self.head_dim)
+        out = (scores.softmax(-1).reshape(grouped) @ v).reshape(b, self.n_heads, s, hd)
+        # the heads side by side again, stored so (the output projection multiplies a
+        # plain matrix, not a loop of dot products: 1 -> 0.3 ms a layer)
+        out = out.transpose(1, 2).reshape(b, s, self.n_heads * hd).contiguous()
         return getattr(self, self.out_name)(out)
 
 
