@@ -35,10 +35,10 @@ def test_unary() -> None:
     check_all(cases, feeds)
 
 
-def test_exp2_f32_within_about_an_ulp_of_the_exact_power() -> None:
+def test_exp2_f32_within_an_ulp_of_the_exact_power() -> None:
     """codegen's lumos_exp2f (branch-free, so a loop over a mask's -inf vectorizes): within
-    1.2 ulp of 2^x computed in f64 over [-160, 130] (0.9 with FMA), subnormal results
-    included; 0, inf and NaN exactly where 2^x rounds to them."""
+    an ulp of 2^x computed in f64 over [-160, 130], subnormal results included; 0, inf
+    and NaN exactly where 2^x rounds to them."""
     rng = np.random.default_rng(3)
     x = np.concatenate([np.linspace(-160, 130, 300001), rng.uniform(-1, 1, 4096),
                         [-np.inf, np.inf, np.nan, -0.0, 0.0, -149.5, -150.0, -151.0, -152.0,
@@ -52,7 +52,8 @@ def test_exp2_f32_within_about_an_ulp_of_the_exact_power() -> None:
     special = ~np.isfinite(exact) | (exact == 0)
     np.testing.assert_array_equal(got[special], exact[special])
     ulp = np.abs(got[~special] - want[~special]) / np.spacing(np.abs(exact[~special]))
-    assert ulp.max() <= 1.2, (ulp.max(), x[~special][ulp.argmax()])  # 0.9 with FMA
+    # 0.88 ulp by FMA (x86-64 since Haswell, AArch64); 1.14 on a CPU without it
+    assert ulp.max() <= 1.0, (ulp.max(), x[~special][ulp.argmax()])
 
 
 def test_binary() -> None:
