@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 def egg() -> Any:
     """egglog's bindings, imported on first use: only the e-graph worker saturates, and
     importing egglog costs 0.23 s (most of it the formatter its pretty-printer imports),
-    a twentieth of a small model's cold compile through torch.compile."""
+    which `import lumos` and a run from a cached artifact need not pay."""
     from egglog import bindings
     return bindings
 
