@@ -74,6 +74,13 @@ CASES = {  # name: (graph builder, whether a Gemm genome exists)
     "split_columns_transposed_b": (lambda g: lumos.linear(g.tensor((9, 64), lumos.f32, "x"),
                                                           g.tensor((300, 64), lumos.f32, "w")),
                                    True),
+    # B stored transposed (lumos_gemm_rows): A's rows in blocks of 16 (the last partial),
+    # k not a multiple of the 16 transposed in registers nor of the 4 unrolled, a last
+    # block of 2 columns; A read transposed too
+    "linear_blocks": (lambda g: lumos.linear(g.tensor((40, 37), lumos.f32, "x"),
+                                             g.tensor((50, 37), lumos.f32, "w")), True),
+    "linear_transposed_a": (lambda g: lumos.linear(g.tensor((37, 40), lumos.f32, "x").T,
+                                                   g.tensor((50, 37), lumos.f32, "w")), True),
     "parallel_rows": (lambda g: g.tensor((600, 64), lumos.f32, "a")  # row blocks on threads
                       @ g.tensor((64, 100), lumos.f32, "b"), True),
     "f64": (lambda g: g.tensor((12, 20), lumos.f64, "a") @ g.tensor((20, 7), lumos.f64,
@@ -161,6 +168,26 @@ def test_the_blas_seed_of_a_256_matmul_is_a_product(monkeypatch: pytest.MonkeyPa
     prog.set_data(b, y)
     prog.execute()
     np.testing.assert_allclose(prog.get(c), x @ y, rtol=1e-4, atol=1e-4)
+
+
+def test_the_blas_seed_multiplies_few_rows_by_a_stored_weight_itself() -> None:
+    """A linear layer of a few rows (at most kernels.ROWS_MAX_M) by a weight too large for
+    lumos_gemm_own's copy (1 MiB): the BLAS seed picks lumos' own kernel, which reads the
+    weight's rows where they lie (lumos_gemm_rows); more rows, or the weight stored
+    untransposed, OpenBLAS."""
+    for rows, transposed, own in ((16, True, True), (128, True, True), (129, True, False),
+                                  (16, False, False)):
+        g = lumos.Graph()
+        x = g.tensor((rows, 64), lumos.f32, "x")
+        if transposed:
+            lumos.linear(x, g.tensor((4096, 64), lumos.f32, "w")).output()
+        else:
+            (x @ g.tensor((64, 4096), lumos.f32, "w")).output()
+        (space,) = build_spaces(g, [{}], RULES)
+        space = cpu_space(space)
+        genome = Genomes(space).preferring(seeds(space, {})[0], random.Random(0))
+        chosen = [space.classes[c][i].op for c, i in genome.items()]
+        assert ("KGemmOwn" in chosen, "KGemm" in chosen) == (own, not own), (rows, transposed)
 
 
 # -- a product run by the kernel reading it (lower_cpu.egg's EGemm, kernels.Tile) -----------

@@ -466,19 +466,120 @@ LUMOS_GEMM_OWN(1, 8)
 LUMOS_GEMM_OWN(2, 12)
 LUMOS_GEMM_OWN(3, 8)
 LUMOS_GEMM_OWN(4, 6)
+/* r[0..15], 16 rows of 16 floats, transposed in registers */
+static inline void lumos_transpose16(lumos_f32x16 r[16]) {
+  for (int i = 0; i < 16; i++)
+    if (!(i & 1)) { /* swap the off-diagonal blocks of 1 */
+      const lumos_f32x16 x = r[i], y = r[i + 1];
+      r[i] = __builtin_shufflevector(x, y, 0, 16, 2, 18, 4, 20, 6, 22,
+                                           8, 24, 10, 26, 12, 28, 14, 30);
+      r[i + 1] = __builtin_shufflevector(x, y, 1, 17, 3, 19, 5, 21, 7, 23,
+                                               9, 25, 11, 27, 13, 29, 15, 31);
+    }
+  for (int i = 0; i < 16; i++)
+    if (!(i & 2)) { /* swap the off-diagonal blocks of 2 */
+      const lumos_f32x16 x = r[i], y = r[i + 2];
+      r[i] = __builtin_shufflevector(x, y, 0, 1, 16, 17, 4, 5, 20, 21,
+                                           8, 9, 24, 25, 12, 13, 28, 29);
+      r[i + 2] = __builtin_shufflevector(x, y, 2, 3, 18, 19, 6, 7, 22, 23,
+                                               10, 11, 26, 27, 14, 15, 30, 31);
+    }
+  for (int i = 0; i < 16; i++)
+    if (!(i & 4)) { /* swap the off-diagonal blocks of 4 */
+      const lumos_f32x16 x = r[i], y = r[i + 4];
+      r[i] = __builtin_shufflevector(x, y, 0, 1, 2, 3, 16, 17, 18, 19,
+                                           8, 9, 10, 11, 24, 25, 26, 27);
+      r[i + 4] = __builtin_shufflevector(x, y, 4, 5, 6, 7, 20, 21, 22, 23,
+                                               12, 13, 14, 15, 28, 29, 30, 31);
+    }
+  for (int i = 0; i < 16; i++)
+    if (!(i & 8)) { /* swap the off-diagonal blocks of 8 */
+      const lumos_f32x16 x = r[i], y = r[i + 8];
+      r[i] = __builtin_shufflevector(x, y, 0, 1, 2, 3, 4, 5, 6, 7,
+                                           16, 17, 18, 19, 20, 21, 22, 23);
+      r[i + 8] = __builtin_shufflevector(x, y, 8, 9, 10, 11, 12, 13, 14, 15,
+                                               24, 25, 26, 27, 28, 29, 30, 31);
+    }
+}
+/* C = A B (m x n, k) with B stored transposed (tb: column j of B is row j of w, ldb apart,
+   a linear layer's weight), single-threaded, read where it lies: A's rows 16 at a time
+   copied as k vectors of 16 (column p of the block, zero past m), then for each 16 columns
+   of C and each such block, 16 accumulators (column j over the block's rows) += A's column
+   p times w(j, p) broadcast from memory, p in order; transposed into rows to store. The
+   next 16 rows of w are fetched ahead. OpenBLAS copies both factors first, a cost that a
+   few rows of A do not repay (kernels.ROWS_MAX_M). */
+static void lumos_gemm_rows(int64_t m, int64_t n, int64_t k, const float *a, int64_t sam,
+                            int64_t sak, const float *w, int64_t ldb, float *c, int64_t ldc) {
+  const int64_t mb = (m + 15) / 16;
+  lumos_f32x16 *restrict at = (lumos_f32x16 *)(((uintptr_t)lumos_tile(0, 16 * k * mb + 16) + 63) &
+                                               ~(uintptr_t)63);
+  for (int64_t ib = 0; ib < mb; ib++) {
+    lumos_f32x16 *restrict q = at + ib * k;
+    int64_t p = 0;
+    if (sak == 1 && ib * 16 + 16 <= m)
+      for (; p + 16 <= k; p += 16) {
+        lumos_f32x16 r[16];
+        for (int i = 0; i < 16; i++) r[i] = *(const lumos_f32x16u *)(a + (ib * 16 + i) * sam + p);
+        lumos_transpose16(r);
+        for (int s = 0; s < 16; s++) q[p + s] = r[s];
+      }
+    for (; p < k; p++)
+      for (int i = 0; i < 16; i++)
+        q[p][i] = ib * 16 + i < m ? a[(ib * 16 + i) * sam + p * sak] : 0.0f;
+  }
+  for (int64_t j0 = 0; j0 < n; j0 += 16) {
+    const int64_t jn = n - j0 < 16 ? n - j0 : 16;
+    const float *wj = w + j0 * ldb;
+    for (int64_t ib = 0; ib < mb; ib++) {
+      const lumos_f32x16 *q = at + ib * k;
+      lumos_f32x16 acc[16];
+      for (int j = 0; j < 16; j++) acc[j] = (lumos_f32x16){0};
+      if (jn == 16) {
+        int64_t p = 0;
+        for (; p + 4 <= k; p += 4) {
+          if (ib == 0 && !(p & 15) && j0 + 32 <= n)
+            for (int j = 0; j < 16; j++) __builtin_prefetch(wj + (16 + j) * ldb + p, 0, 3);
+          const lumos_f32x16 x0 = q[p], x1 = q[p + 1], x2 = q[p + 2], x3 = q[p + 3];
+          for (int j = 0; j < 16; j++) {
+            const float *wp = wj + j * ldb + p;
+            acc[j] = LUMOS_FMA_F32X16(x0, LUMOS_SPLAT_F32X16(wp[0]), acc[j]);
+            acc[j] = LUMOS_FMA_F32X16(x1, LUMOS_SPLAT_F32X16(wp[1]), acc[j]);
+            acc[j] = LUMOS_FMA_F32X16(x2, LUMOS_SPLAT_F32X16(wp[2]), acc[j]);
+            acc[j] = LUMOS_FMA_F32X16(x3, LUMOS_SPLAT_F32X16(wp[3]), acc[j]);
+          }
+        }
+        for (; p < k; p++)
+          for (int j = 0; j < 16; j++)
+            acc[j] = LUMOS_FMA_F32X16(q[p], LUMOS_SPLAT_F32X16(wj[j * ldb + p]), acc[j]);
+      } else {
+        for (int j = 0; j < jn; j++)
+          for (int64_t p = 0; p < k; p++)
+            acc[j] = LUMOS_FMA_F32X16(q[p], LUMOS_SPLAT_F32X16(wj[j * ldb + p]), acc[j]);
+      }
+      lumos_transpose16(acc); /* acc[i]: the block's row i, 16 columns */
+      for (int i = 0; i < 16 && ib * 16 + i < m; i++)
+        LUMOS_STORE_F32X16_FIRST(c + (ib * 16 + i) * ldc + j0, acc[i], jn);
+    }
+  }
+}
 /* C = A B (row-major, as cblas_sgemm with alpha 1 and beta 0), single-threaded, by lumos'
    own kernel (kernels.Tile.own, Kernels.own): B copied into this unit's scratch as panels
    of 64 columns, each k rows of its width rounded up to 16 and zero-padded, then each
-   panel's columns of C for all rows of A (held in L1 across the panels) */
+   panel's columns of C for all rows of A (held in L1 across the panels); B stored transposed
+   (a linear layer's weight): lumos_gemm_rows */
 void lumos_gemm_own(int ta, int tb, int64_t m, int64_t n, int64_t k, const float *a,
                     int64_t lda, const float *b, int64_t ldb, float *c, int64_t ldc) {
+  if (tb) {
+    lumos_gemm_rows(m, n, k, a, ta ? 1 : lda, ta ? lda : 1, b, ldb, c, ldc);
+    return;
+  }
   float *restrict bp = lumos_tile(0, (n + 15) / 16 * 16 * k);
   for (int64_t j0 = 0; j0 < n; j0 += 64) {
     const int64_t w = n - j0 < 64 ? n - j0 : 64, wp = (w + 15) / 16 * 16;
     float *restrict q = bp + j0 * k;
     for (int64_t p = 0; p < k; p++)
       for (int64_t j = 0; j < wp; j++)
-        q[p * wp + j] = j >= w ? 0.0f : tb ? b[(j0 + j) * ldb + p] : b[p * ldb + j0 + j];
+        q[p * wp + j] = j >= w ? 0.0f : b[p * ldb + j0 + j];
   }
   const int64_t sam = ta ? 1 : lda, sak = ta ? lda : 1;
   for (int64_t j0 = 0; j0 < n; j0 += 64) {

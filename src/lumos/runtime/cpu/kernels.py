@@ -745,6 +745,12 @@ OWN_MAX_B_BYTES = 256 << 10
 # ... and more columns than this (one vector a row: 100352x16x32 into row blocks 0.61 ->
 # 0.81 ms in MobileNetV2, whole 293 / 251 GFLOP/s in the harness)
 OWN_MIN_COLUMNS = 16
+# ... or whose B is stored transposed (a linear layer's weight, read where it lies by
+# lumos_gemm_rows) and A has at most this many rows (a C harness, 2 threads, us OpenBLAS /
+# rows, M x N x K: 16x32000x64 (the tiny Llama's logits) 628 / 281, 16x172x64 8.9 / 3.1,
+# 128x1376x512 675 / 582, 128x512x1376 730 / 597, 128x512x512 274 / 217, 392x160x960
+# 468 / 418, 128x32000x512 18.5 / 18.9 ms; larger A: 4096x384x384 3.9 / 5.7 ms)
+ROWS_MAX_M = 128
 # seeds: a copy this large read only by a product is packed by the product block by block
 # (KGemmPack), never stored whole (a convolution's im2col windows: 29-115 MB in the CNN)
 PACK_MIN_BYTES = 4 << 20
@@ -787,7 +793,8 @@ def seeds(space: SearchSpace, env: Mapping[str, int]) -> tuple[Cost, Cost]:
     where it lies if it is a convolution's windows (KGemmWindows), and so is a large
     relu6 read only by a product (a depthwise convolution's, `PACK_RELU_MIN_BYTES`); a
     product (in row blocks or whole) whose B is small is lumos' own kernel's, not
-    OpenBLAS' (`OWN_MAX_B_BYTES`, `OWN_MIN_COLUMNS`). `env` gives the dims' sizes. The
+    OpenBLAS' (`OWN_MAX_B_BYTES`, `OWN_MIN_COLUMNS`), and so is one whose B is stored
+    transposed and A short (`ROWS_MAX_M`). `env` gives the dims' sizes. The
     search times the seeds like any other candidate."""
     readers: dict[int, int] = {}  # producer class -> kernels reading its buffer (HLIR edges)
     for nodes in space.classes:
@@ -859,9 +866,11 @@ def seeds(space: SearchSpace, env: Mapping[str, int]) -> tuple[Cost, Cost]:
 
     sizes = {d: (v, v) for d, v in env.items()}
 
-    def own(gm: Gemm | None) -> bool:  # a product by lumos_gemm_own: B in L2 once copied
-        return gm is not None and _numel((gm.k, gm.n), env) * 4 <= OWN_MAX_B_BYTES and \
-            _numel((gm.n,), env) > OWN_MIN_COLUMNS
+    def own(gm: Gemm | None) -> bool:  # a product by lumos_gemm_own: B in L2 once copied,
+        # or B stored transposed and A a few rows (lumos_gemm_rows)
+        return gm is not None and (_numel((gm.k, gm.n), env) * 4 <= OWN_MAX_B_BYTES and
+                                   _numel((gm.n,), env) > OWN_MIN_COLUMNS or
+                                   gm.b.trans and _numel((gm.m,), env) <= ROWS_MAX_M)
 
     def tiled(c: int) -> bool:  # a product read once, by its reader in row blocks (EGemm)
         g = next((m for m in space.classes[c] if m.op == "EGemm"), None)
