@@ -749,8 +749,11 @@ OWN_MIN_COLUMNS = 16
 # lumos_gemm_rows) and A has at most this many rows (a C harness, 2 threads, us OpenBLAS /
 # rows, M x N x K: 16x32000x64 (the tiny Llama's logits) 628 / 281, 16x172x64 8.9 / 3.1,
 # 128x1376x512 675 / 582, 128x512x1376 730 / 597, 128x512x512 274 / 217, 392x160x960
-# 468 / 418, 128x32000x512 18.5 / 18.9 ms; larger A: 4096x384x384 3.9 / 5.7 ms)
+# 468 / 418; larger A: 4096x384x384 3.9 / 5.7 ms) ...
 ROWS_MAX_M = 128
+# ... and B at most this large (the 44M Llama's logits, 128x32000x512, 65 MB of weight:
+# 18.5 / 18.9 ms in the harness, 17.2 / 21.3 ms in the model)
+ROWS_MAX_B_BYTES = 16 << 20
 # seeds: a copy this large read only by a product is packed by the product block by block
 # (KGemmPack), never stored whole (a convolution's im2col windows: 29-115 MB in the CNN)
 PACK_MIN_BYTES = 4 << 20
@@ -794,8 +797,8 @@ def seeds(space: SearchSpace, env: Mapping[str, int]) -> tuple[Cost, Cost]:
     relu6 read only by a product (a depthwise convolution's, `PACK_RELU_MIN_BYTES`); a
     product (in row blocks or whole) whose B is small is lumos' own kernel's, not
     OpenBLAS' (`OWN_MAX_B_BYTES`, `OWN_MIN_COLUMNS`), and so is one whose B is stored
-    transposed and A short (`ROWS_MAX_M`). `env` gives the dims' sizes. The
-    search times the seeds like any other candidate."""
+    transposed, A short and B not huge (`ROWS_MAX_M`, `ROWS_MAX_B_BYTES`). `env` gives the
+    dims' sizes. The search times the seeds like any other candidate."""
     readers: dict[int, int] = {}  # producer class -> kernels reading its buffer (HLIR edges)
     for nodes in space.classes:
         for n in nodes:
@@ -870,7 +873,8 @@ def seeds(space: SearchSpace, env: Mapping[str, int]) -> tuple[Cost, Cost]:
         # or B stored transposed and A a few rows (lumos_gemm_rows)
         return gm is not None and (_numel((gm.k, gm.n), env) * 4 <= OWN_MAX_B_BYTES and
                                    _numel((gm.n,), env) > OWN_MIN_COLUMNS or
-                                   gm.b.trans and _numel((gm.m,), env) <= ROWS_MAX_M)
+                                   gm.b.trans and _numel((gm.m,), env) <= ROWS_MAX_M and
+                                   _numel((gm.k, gm.n), env) * 4 <= ROWS_MAX_B_BYTES)
 
     def tiled(c: int) -> bool:  # a product read once, by its reader in row blocks (EGemm)
         g = next((m for m in space.classes[c] if m.op == "EGemm"), None)
