@@ -173,20 +173,24 @@ def test_the_blas_seed_of_a_256_matmul_is_a_product(monkeypatch: pytest.MonkeyPa
 def test_the_blas_seed_multiplies_few_rows_by_a_stored_weight_itself() -> None:
     """A linear layer of a few rows (at most kernels.ROWS_MAX_M) by a weight too large for
     lumos_gemm_own's copy (1 MiB): the BLAS seed picks lumos' own kernel, which reads the
-    weight's rows where they lie (lumos_gemm_rows); more rows, the weight stored
-    untransposed, or a huge one (32 MiB: kernels.ROWS_MAX_B_BYTES), OpenBLAS."""
+    weight's rows where they lie (lumos_gemm_rows); more rows (a batch counted whole),
+    the weight stored untransposed, or a huge one (32 MiB: kernels.ROWS_MAX_B_BYTES),
+    OpenBLAS."""
     for rows, transposed, n, own in ((16, True, 4096, True), (128, True, 4096, True),
-                                     (129, True, 4096, False), (16, False, 4096, False),
-                                     (16, True, 131072, False)):
+                                     (129, True, 4096, False), (("b", "s"), True, 4096, False),
+                                     (16, False, 4096, False), (16, True, 131072, False)):
         g = lumos.Graph()
-        x = g.tensor((rows, 64), lumos.f32, "x")
+        g.dim("b", 1, 8)
+        g.dim("s", 1, 512)
+        x = g.tensor((*rows, 64) if isinstance(rows, tuple) else (rows, 64), lumos.f32, "x")
         if transposed:
             lumos.linear(x, g.tensor((n, 64), lumos.f32, "w")).output()
         else:
             (x @ g.tensor((64, n), lumos.f32, "w")).output()
         (space,) = build_spaces(g, [{}], RULES)
         space = cpu_space(space)
-        genome = Genomes(space).preferring(seeds(space, {})[0], random.Random(0))
+        env = {"b": 2, "s": 128}  # (the batch: 256 rows)
+        genome = Genomes(space).preferring(seeds(space, env)[0], random.Random(0))
         chosen = [space.classes[c][i].op for c, i in genome.items()]
         assert ("KGemmOwn" in chosen, "KGemm" in chosen) == (own, not own), (rows, transposed)
 

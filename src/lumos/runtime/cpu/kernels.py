@@ -749,7 +749,8 @@ OWN_MIN_COLUMNS = 16
 # lumos_gemm_rows) and A has at most this many rows (a C harness, 2 threads, us OpenBLAS /
 # rows, M x N x K: 16x32000x64 (the tiny Llama's logits) 628 / 281, 16x172x64 8.9 / 3.1,
 # 128x1376x512 675 / 582, 128x512x1376 730 / 597, 128x512x512 274 / 217, 392x160x960
-# 468 / 418; larger A: 4096x384x384 3.9 / 5.7 ms) ...
+# 468 / 418; larger A: 4096x384x384 3.9 / 5.7 ms; MiniLM's, 32 x 128 rows, 201 / 253 ms
+# a batch of 32 in the model: a batch counts whole) ...
 ROWS_MAX_M = 128
 # ... and B at most this large (the 44M Llama's logits, 128x32000x512, 65 MB of weight:
 # 18.5 / 18.9 ms in the harness, 17.2 / 21.3 ms in the model)
@@ -870,10 +871,11 @@ def seeds(space: SearchSpace, env: Mapping[str, int]) -> tuple[Cost, Cost]:
     sizes = {d: (v, v) for d, v in env.items()}
 
     def own(gm: Gemm | None) -> bool:  # a product by lumos_gemm_own: B in L2 once copied,
-        # or B stored transposed and A a few rows (lumos_gemm_rows)
+        # or B stored transposed and A a few rows, batch included (lumos_gemm_rows; codegen
+        # may merge a batch into the rows: MiniLM's 32 x 128)
         return gm is not None and (_numel((gm.k, gm.n), env) * 4 <= OWN_MAX_B_BYTES and
                                    _numel((gm.n,), env) > OWN_MIN_COLUMNS or
-                                   gm.b.trans and _numel((gm.m,), env) <= ROWS_MAX_M and
+                                   gm.b.trans and _numel((gm.m, *gm.batch), env) <= ROWS_MAX_M and
                                    _numel((gm.k, gm.n), env) * 4 <= ROWS_MAX_B_BYTES)
 
     def tiled(c: int) -> bool:  # a product read once, by its reader in row blocks (EGemm)
