@@ -878,6 +878,7 @@ def seeds(space: SearchSpace, env: Mapping[str, int]) -> tuple[Cost, Cost]:
                                    gm.b.trans and _numel((gm.m, *gm.batch), env) <= ROWS_MAX_M and
                                    _numel((gm.k, gm.n), env) * 4 <= ROWS_MAX_B_BYTES)
 
+    @functools.cache
     def tiled(c: int) -> bool:  # a product read once, by its reader in row blocks (EGemm)
         g = next((m for m in space.classes[c] if m.op == "EGemm"), None)
         load = next((m for m in space.classes[c] if m.op == "ELoad"), None)
@@ -921,6 +922,7 @@ def seeds(space: SearchSpace, env: Mapping[str, int]) -> tuple[Cost, Cost]:
         panels = short and any(m.op == "KGemmPack" and m.fields[7] for m in space.classes[c])
         return not win and bool(n.fields[7]) == panels
 
+    @functools.cache
     def banded(c: int) -> bool:  # windows read once, by their reader in bands (EGemmWindows)
         load = next((m for m in space.classes[c] if m.op == "ELoad"), None)
         if load is None or readers.get(load.children[0]) != 1 or \
