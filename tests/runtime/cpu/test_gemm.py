@@ -81,6 +81,9 @@ CASES = {  # name: (graph builder, whether a Gemm genome exists)
                                              g.tensor((50, 37), lumos.f32, "w")), True),
     "linear_transposed_a": (lambda g: lumos.linear(g.tensor((37, 40), lumos.f32, "x").T,
                                                    g.tensor((50, 37), lumos.f32, "w")), True),
+    # ... and more rows than it takes (kernels.ROWS_MAX_M): B copied into panels
+    "linear_tall": (lambda g: lumos.linear(g.tensor((600, 37), lumos.f32, "x"),
+                                           g.tensor((50, 37), lumos.f32, "w")), True),
     "parallel_rows": (lambda g: g.tensor((600, 64), lumos.f32, "a")  # row blocks on threads
                       @ g.tensor((64, 100), lumos.f32, "b"), True),
     "f64": (lambda g: g.tensor((12, 20), lumos.f64, "a") @ g.tensor((20, 7), lumos.f64,

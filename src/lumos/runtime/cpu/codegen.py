@@ -36,6 +36,7 @@ from lumos.hlir import UNARY, Node
 from lumos.logs import enabled
 from lumos.runtime.cpu.cc import Unit, UnsupportedProgram
 from lumos.runtime.cpu.kernels import (
+    ROWS_MAX_M,
     Apply,
     Body,
     Gemm,
@@ -566,10 +567,10 @@ static void lumos_gemm_rows(int64_t m, int64_t n, int64_t k, const float *a, int
    own kernel (kernels.Tile.own, Kernels.own): B copied into this unit's scratch as panels
    of 64 columns, each k rows of its width rounded up to 16 and zero-padded, then each
    panel's columns of C for all rows of A (held in L1 across the panels); B stored transposed
-   (a linear layer's weight): lumos_gemm_rows */
+   (a linear layer's weight) and A a few rows: lumos_gemm_rows */
 void lumos_gemm_own(int ta, int tb, int64_t m, int64_t n, int64_t k, const float *a,
                     int64_t lda, const float *b, int64_t ldb, float *c, int64_t ldc) {
-  if (tb) {
+  if (tb && m <= @ROWS_MAX_M@) {
     lumos_gemm_rows(m, n, k, a, ta ? 1 : lda, ta ? lda : 1, b, ldb, c, ldc);
     return;
   }
@@ -579,7 +580,7 @@ void lumos_gemm_own(int ta, int tb, int64_t m, int64_t n, int64_t k, const float
     float *restrict q = bp + j0 * k;
     for (int64_t p = 0; p < k; p++)
       for (int64_t j = 0; j < wp; j++)
-        q[p * wp + j] = j >= w ? 0.0f : b[p * ldb + j0 + j];
+        q[p * wp + j] = j >= w ? 0.0f : tb ? b[(j0 + j) * ldb + p] : b[p * ldb + j0 + j];
   }
   const int64_t sam = ta ? 1 : lda, sak = ta ? lda : 1;
   for (int64_t j0 = 0; j0 < n; j0 += 64) {
@@ -593,7 +594,7 @@ void lumos_gemm_own(int ta, int tb, int64_t m, int64_t n, int64_t k, const float
     }
   }
 }
-"""
+""".replace("@ROWS_MAX_M@", str(ROWS_MAX_M))
 
 DRIVER = r"""int lumos_nt = 0;
 void lumos_set_threads(int n) {

@@ -746,11 +746,12 @@ OWN_MAX_B_BYTES = 256 << 10
 # 0.81 ms in MobileNetV2, whole 293 / 251 GFLOP/s in the harness)
 OWN_MIN_COLUMNS = 16
 # ... or whose B is stored transposed (a linear layer's weight, read where it lies by
-# lumos_gemm_rows) and A has at most this many rows (a C harness, 2 threads, us OpenBLAS /
-# rows, M x N x K: 16x32000x64 (the tiny Llama's logits) 628 / 281, 16x172x64 8.9 / 3.1,
-# 128x1376x512 675 / 582, 128x512x1376 730 / 597, 128x512x512 274 / 217, 392x160x960
-# 468 / 418; larger A: 4096x384x384 3.9 / 5.7 ms; MiniLM's, 32 x 128 rows, 201 / 253 ms
-# a batch of 32 in the model: a batch counts whole) ...
+# lumos_gemm_rows) and A has at most this many rows, a batch counted whole (a C harness,
+# 2 threads, us OpenBLAS / rows, M x N x K: 16x32000x64, the tiny Llama's logits, 628 /
+# 281; 16x172x64 8.9 / 3.1; 128x1376x512 675 / 582; 128x512x1376 730 / 597; 128x512x512
+# 274 / 217; larger A: 4096x384x384 3.9 / 5.7 ms; MiniLM's 32 x 128 rows in the model,
+# 201 / 253 ms). lumos_gemm_own takes that path for calls of at most this many rows only
+# (MobileNetV2's 25088-row 1x1 convolutions ran 4x slower by rows than from B's panels) ...
 ROWS_MAX_M = 128
 # ... and B at most this large (the 44M Llama's logits, 128x32000x512, 65 MB of weight:
 # 18.5 / 18.9 ms in the harness, 17.2 / 21.3 ms in the model)
