@@ -467,41 +467,7 @@ LUMOS_GEMM_OWN(1, 8)
 LUMOS_GEMM_OWN(2, 12)
 LUMOS_GEMM_OWN(3, 8)
 LUMOS_GEMM_OWN(4, 6)
-/* r[0..15], 16 rows of 16 floats, transposed in registers */
-static inline void lumos_transpose16(lumos_f32x16 r[16]) {
-  for (int i = 0; i < 16; i++)
-    if (!(i & 1)) { /* swap the off-diagonal blocks of 1 */
-      const lumos_f32x16 x = r[i], y = r[i + 1];
-      r[i] = __builtin_shufflevector(x, y, 0, 16, 2, 18, 4, 20, 6, 22,
-                                           8, 24, 10, 26, 12, 28, 14, 30);
-      r[i + 1] = __builtin_shufflevector(x, y, 1, 17, 3, 19, 5, 21, 7, 23,
-                                               9, 25, 11, 27, 13, 29, 15, 31);
-    }
-  for (int i = 0; i < 16; i++)
-    if (!(i & 2)) { /* swap the off-diagonal blocks of 2 */
-      const lumos_f32x16 x = r[i], y = r[i + 2];
-      r[i] = __builtin_shufflevector(x, y, 0, 1, 16, 17, 4, 5, 20, 21,
-                                           8, 9, 24, 25, 12, 13, 28, 29);
-      r[i + 2] = __builtin_shufflevector(x, y, 2, 3, 18, 19, 6, 7, 22, 23,
-                                               10, 11, 26, 27, 14, 15, 30, 31);
-    }
-  for (int i = 0; i < 16; i++)
-    if (!(i & 4)) { /* swap the off-diagonal blocks of 4 */
-      const lumos_f32x16 x = r[i], y = r[i + 4];
-      r[i] = __builtin_shufflevector(x, y, 0, 1, 2, 3, 16, 17, 18, 19,
-                                           8, 9, 10, 11, 24, 25, 26, 27);
-      r[i + 4] = __builtin_shufflevector(x, y, 4, 5, 6, 7, 20, 21, 22, 23,
-                                               12, 13, 14, 15, 28, 29, 30, 31);
-    }
-  for (int i = 0; i < 16; i++)
-    if (!(i & 8)) { /* swap the off-diagonal blocks of 8 */
-      const lumos_f32x16 x = r[i], y = r[i + 8];
-      r[i] = __builtin_shufflevector(x, y, 0, 1, 2, 3, 4, 5, 6, 7,
-                                           16, 17, 18, 19, 20, 21, 22, 23);
-      r[i + 8] = __builtin_shufflevector(x, y, 8, 9, 10, 11, 12, 13, 14, 15,
-                                               24, 25, 26, 27, 28, 29, 30, 31);
-    }
-}
+@TRANSPOSE16@
 /* C = A B (m x n, k) with B stored transposed (tb: column j of B is row j of w, ldb apart,
    a linear layer's weight), single-threaded, read where it lies: A's rows 16 at a time
    copied as k vectors of 16 (column p of the block, zero past m), then for each 16 columns
@@ -594,7 +560,29 @@ void lumos_gemm_own(int ta, int tb, int64_t m, int64_t n, int64_t k, const float
     }
   }
 }
-""".replace("@ROWS_MAX_M@", str(ROWS_MAX_M))
+"""
+
+
+def _transpose16() -> str:
+    """C for lumos_transpose16: r[0..15], 16 rows of 16 floats, transposed in registers by
+    4 steps, step d swapping the off-diagonal d x d blocks of rows i and i + d."""
+    steps = []
+    for d in (1, 2, 4, 8):
+        lo = ", ".join(str(e + 16 - d if e & d else e) for e in range(16))
+        hi = ", ".join(str(e + 16 if e & d else e + d) for e in range(16))
+        steps.append(f"  for (int i = 0; i < 16; i++)\n"
+                     f"    if (!(i & {d})) {{\n"
+                     f"      const lumos_f32x16 x = r[i], y = r[i + {d}];\n"
+                     f"      r[i] = __builtin_shufflevector(x, y, {lo});\n"
+                     f"      r[i + {d}] = __builtin_shufflevector(x, y, {hi});\n"
+                     f"    }}\n")
+    return ("/* r[0..15], 16 rows of 16 floats, transposed in registers */\n"
+            "static inline void lumos_transpose16(lumos_f32x16 r[16]) {\n"
+            + "".join(steps) + "}")
+
+
+OWN_GEMM = OWN_GEMM.replace("@TRANSPOSE16@", _transpose16()).replace("@ROWS_MAX_M@",
+                                                                       str(ROWS_MAX_M))
 
 DRIVER = r"""int lumos_nt = 0;
 void lumos_set_threads(int n) {
