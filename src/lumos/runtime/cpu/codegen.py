@@ -471,15 +471,17 @@ LUMOS_GEMM_OWN(4, 6)
 /* C = A B (m x n, k) with B stored transposed (tb: column j of B is row j of w, ldb apart,
    a linear layer's weight), single-threaded, read where it lies: A's rows 16 at a time
    copied as k vectors of 16 (column p of the block, zero past m), then for each 16 columns
-   of C and each such block, 16 accumulators (column j over the block's rows) += A's column
-   p times w(j, p) broadcast from memory, p in order; transposed into rows to store. The
-   next 16 rows of w are fetched ahead. OpenBLAS copies both factors first, a cost that a
-   few rows of A do not repay (kernels.ROWS_MAX_M). */
+   of C, accumulators (a column of C over a block's rows) += A's column p times w(j, p)
+   broadcast from memory, p in order: 4 blocks by 4 columns at a time (16 vector registers,
+   each column of w read by 4 blocks), a remaining block by all 16 columns; transposed into
+   rows to store. The next 16 rows of w are fetched ahead. OpenBLAS copies both factors
+   first, a cost that a few rows of A do not repay (kernels.ROWS_MAX_M). */
 static void lumos_gemm_rows(int64_t m, int64_t n, int64_t k, const float *a, int64_t sam,
                             int64_t sak, const float *w, int64_t ldb, float *c, int64_t ldc) {
   const int64_t mb = (m + 15) / 16;
-  lumos_f32x16 *restrict at = (lumos_f32x16 *)(((uintptr_t)lumos_tile(0, 16 * k * mb + 16) + 63) &
-                                               ~(uintptr_t)63);
+  lumos_f32x16 *restrict at = (lumos_f32x16 *)(((uintptr_t)lumos_tile(0, 16 * (k + 16) * mb + 16)
+                                                + 63) & ~(uintptr_t)63);
+  lumos_f32x16 *restrict cols = at + mb * k; /* per block: its 16 columns of C */
   for (int64_t ib = 0; ib < mb; ib++) {
     lumos_f32x16 *restrict q = at + ib * k;
     int64_t p = 0;
@@ -497,14 +499,38 @@ static void lumos_gemm_rows(int64_t m, int64_t n, int64_t k, const float *a, int
   for (int64_t j0 = 0; j0 < n; j0 += 16) {
     const int64_t jn = n - j0 < 16 ? n - j0 : 16;
     const float *wj = w + j0 * ldb;
-    for (int64_t ib = 0; ib < mb; ib++) {
+    const int ahead = j0 + 32 <= n;
+    int64_t ib = 0;
+    for (; jn == 16 && ib + 4 <= mb; ib += 4)
+      for (int h = 0; h < 16; h += 4) {
+        const lumos_f32x16 *q = at + ib * k;
+        const float *wh = wj + h * ldb;
+        lumos_f32x16 acc[4][4];
+        for (int u = 0; u < 4; u++)
+          for (int j = 0; j < 4; j++) acc[u][j] = (lumos_f32x16){0};
+        for (int64_t p = 0; p < k; p++) {
+          if (ib == 0 && h == 0 && !(p & 15) && ahead)
+            for (int j = 0; j < 16; j++) __builtin_prefetch(wj + (16 + j) * ldb + p, 0, 3);
+          const lumos_f32x16 x0 = q[p], x1 = q[k + p], x2 = q[2 * k + p], x3 = q[3 * k + p];
+          for (int j = 0; j < 4; j++) {
+            const lumos_f32x16 s = LUMOS_SPLAT_F32X16(wh[j * ldb + p]);
+            acc[0][j] = LUMOS_FMA_F32X16(x0, s, acc[0][j]);
+            acc[1][j] = LUMOS_FMA_F32X16(x1, s, acc[1][j]);
+            acc[2][j] = LUMOS_FMA_F32X16(x2, s, acc[2][j]);
+            acc[3][j] = LUMOS_FMA_F32X16(x3, s, acc[3][j]);
+          }
+        }
+        for (int u = 0; u < 4; u++)
+          for (int j = 0; j < 4; j++) cols[(ib + u) * 16 + h + j] = acc[u][j];
+      }
+    for (; ib < mb; ib++) {
       const lumos_f32x16 *q = at + ib * k;
       lumos_f32x16 acc[16];
       for (int j = 0; j < 16; j++) acc[j] = (lumos_f32x16){0};
       if (jn == 16) {
         int64_t p = 0;
         for (; p + 4 <= k; p += 4) {
-          if (ib == 0 && !(p & 15) && j0 + 32 <= n)
+          if (ib == 0 && !(p & 15) && ahead)
             for (int j = 0; j < 16; j++) __builtin_prefetch(wj + (16 + j) * ldb + p, 0, 3);
           const lumos_f32x16 x0 = q[p], x1 = q[p + 1], x2 = q[p + 2], x3 = q[p + 3];
           for (int j = 0; j < 16; j++) {
@@ -523,9 +549,14 @@ static void lumos_gemm_rows(int64_t m, int64_t n, int64_t k, const float *a, int
           for (int64_t p = 0; p < k; p++)
             acc[j] = LUMOS_FMA_F32X16(q[p], LUMOS_SPLAT_F32X16(wj[j * ldb + p]), acc[j]);
       }
-      lumos_transpose16(acc); /* acc[i]: the block's row i, 16 columns */
+      for (int j = 0; j < 16; j++) cols[ib * 16 + j] = acc[j];
+    }
+    for (ib = 0; ib < mb; ib++) {
+      lumos_f32x16 r[16];
+      for (int j = 0; j < 16; j++) r[j] = cols[ib * 16 + j];
+      lumos_transpose16(r); /* r[i]: the block's row i, 16 columns */
       for (int i = 0; i < 16 && ib * 16 + i < m; i++)
-        LUMOS_STORE_F32X16_FIRST(c + (ib * 16 + i) * ldc + j0, acc[i], jn);
+        LUMOS_STORE_F32X16_FIRST(c + (ib * 16 + i) * ldc + j0, r[i], jn);
     }
   }
 }

@@ -747,15 +747,14 @@ OWN_MAX_B_BYTES = 256 << 10
 OWN_MIN_COLUMNS = 16
 # ... or whose B is stored transposed (a linear layer's weight, read where it lies by
 # lumos_gemm_rows) and A has at most this many rows, a batch counted whole (a C harness,
-# 2 threads, us OpenBLAS / rows, M x N x K: 16x32000x64, the tiny Llama's logits, 628 /
-# 281; 16x172x64 8.9 / 3.1; 128x1376x512 675 / 582; 128x512x1376 730 / 597; 128x512x512
-# 274 / 217; larger A: 4096x384x384 3.9 / 5.7 ms; MiniLM's 32 x 128 rows in the model,
-# 201 / 253 ms). lumos_gemm_own takes that path for calls of at most this many rows only
-# (MobileNetV2's 25088-row 1x1 convolutions ran 4x slower by rows than from B's panels) ...
+# 2 threads, us OpenBLAS / rows, M x N x K, weights out of cache: 16x32000x64, the tiny
+# Llama's logits, 628 / 281; 16x172x64 8.9 / 3.1; 128x1376x512 736 / 605; 128x512x1376
+# 752 / 595; 128x512x512 281 / 226; the 44M Llama's logits, 128x32000x512, 17.2 / 13.0 ms,
+# in the model 16.7-17.8 / 14.3-15.7 ms; larger A: 4096x384x384 3.9 / 5.7 ms; MiniLM's
+# 32 x 128 rows in the model, 201 / 253 ms). lumos_gemm_own takes that path for calls of
+# at most this many rows only (MobileNetV2's 25088-row 1x1 convolutions ran 4x slower by
+# rows than from B's panels) ...
 ROWS_MAX_M = 128
-# ... and B at most this large (the 44M Llama's logits, 128x32000x512, 65 MB of weight:
-# 18.5 / 18.9 ms in the harness, 17.2 / 21.3 ms in the model)
-ROWS_MAX_B_BYTES = 16 << 20
 # seeds: a copy this large read only by a product is packed by the product block by block
 # (KGemmPack), never stored whole (a convolution's im2col windows: 29-115 MB in the CNN)
 PACK_MIN_BYTES = 4 << 20
@@ -799,8 +798,8 @@ def seeds(space: SearchSpace, env: Mapping[str, int]) -> tuple[Cost, Cost]:
     relu6 read only by a product (a depthwise convolution's, `PACK_RELU_MIN_BYTES`); a
     product (in row blocks or whole) whose B is small is lumos' own kernel's, not
     OpenBLAS' (`OWN_MAX_B_BYTES`, `OWN_MIN_COLUMNS`), and so is one whose B is stored
-    transposed, A short and B not huge (`ROWS_MAX_M`, `ROWS_MAX_B_BYTES`). `env` gives the
-    dims' sizes. The search times the seeds like any other candidate."""
+    transposed and A short (`ROWS_MAX_M`). `env` gives the dims' sizes. The search times
+    the seeds like any other candidate."""
     readers: dict[int, int] = {}  # producer class -> kernels reading its buffer (HLIR edges)
     for nodes in space.classes:
         for n in nodes:
@@ -876,8 +875,7 @@ def seeds(space: SearchSpace, env: Mapping[str, int]) -> tuple[Cost, Cost]:
         # may merge a batch into the rows: MiniLM's 32 x 128)
         return gm is not None and (_numel((gm.k, gm.n), env) * 4 <= OWN_MAX_B_BYTES and
                                    _numel((gm.n,), env) > OWN_MIN_COLUMNS or
-                                   gm.b.trans and _numel((gm.m, *gm.batch), env) <= ROWS_MAX_M and
-                                   _numel((gm.k, gm.n), env) * 4 <= ROWS_MAX_B_BYTES)
+                                   gm.b.trans and _numel((gm.m, *gm.batch), env) <= ROWS_MAX_M)
 
     @functools.cache
     def tiled(c: int) -> bool:  # a product read once, by its reader in row blocks (EGemm)
