@@ -5,6 +5,7 @@ graph); the CNN, dim buckets, fallback and registration run on the default "cpu"
 
 from __future__ import annotations
 
+import gc
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -200,6 +201,28 @@ def test_tuple_outputs_and_views_of_inputs() -> None:
         a, b = compiled(lambda u: (u + 1, u + 1), options=STRICT)(x)
         a.add_(1)  # one lumos node for both, but two separate results, as in eager
         assert_same(b, x + 1)
+
+
+def test_a_call_leaves_no_reference_cycle() -> None:
+    """What a call builds is freed when the caller drops it, not by the garbage collector: a
+    reference cycle per call (the results' recursive closure) kept each call's arguments
+    alive until the next collection and made a tiny Llama's generate() collect 14 times in
+    320 tokens (0 under inductor)."""
+    f = compiled(lambda x: (x * 2 + 1, [x.sum(), x.shape[0]]), options=REF)
+    x = torch.randn(3, 4)
+    with torch.no_grad():
+        f(x)
+        gc.collect()
+        gc.disable()
+        try:
+            for _ in range(3):
+                got = f(x)
+            kept = [t.clone() for t in (got[0], got[1][0])]
+            del got
+            assert gc.collect() == 0
+        finally:
+            gc.enable()
+        assert_same(kept, [x * 2 + 1, x.sum()])
 
 
 # -- graph breaks, fallback, strict -----------------------------------------------------------

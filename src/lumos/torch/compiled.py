@@ -172,6 +172,7 @@ class CompiledGraph:
 
     def _run(self, prog: Program | None, args: tuple, env: dict[str, int]) -> Any:
         tr = self.tr
+        spans = None
         if prog is not None:
             bound = self._bound.setdefault(id(prog), [None] * len(tr.inputs))
             spans = self._spans.get(id(prog))
@@ -190,42 +191,53 @@ class CompiledGraph:
                     spans[1][k] = spans[0][k] + a.nbytes
                 # (else a weight, unchanged, still bound: programs are shared)
             prog.execute({k: v for k, v in env.items() if k in tr.graph.dims})
-            starts, ends = spans  # memory a result must not share: inputs, then results
-        taken: list[tuple[int, int]] = []
-
-        def tensor(t: Any, dtype: torch.dtype) -> torch.Tensor:
-            assert prog is not None
-            arr = prog.get(t)
-            lo = arr.ctypes.data
-            hi = lo + arr.nbytes
-            if not arr.flags.writeable or bool(((starts < hi) & (ends > lo)).any()) or \
-                    any(a < hi and b > lo for a, b in taken):
-                arr = arr.copy()
-                lo = arr.ctypes.data
-                hi = lo + arr.nbytes
-            taken.append((lo, hi))
-            return to_torch(arr, dtype)
-
-        def result(o: Any) -> Any:
-            if isinstance(o, (tuple, list)):
-                return type(o)(result(x) for x in o)
-            if isinstance(o, TensorOut):
-                return tensor(o.tensor, o.dtype)
-            if isinstance(o, ArgOut):
-                return args[o.position]
-            if isinstance(o, Expr):
-                return int(o.eval(env))
-            return o
-
-        outs = result(tr.outputs)
+        results = Results(prog, spans, args, env)
+        outs = results.value(tr.outputs)
         # every new value first: a failure leaves the inputs untouched for the fallback
-        updates = [(args[i], tensor(t, args[i].dtype)) for i, t in tr.mutations]
+        updates = [(args[i], results.tensor(t, args[i].dtype)) for i, t in tr.mutations]
         for dst, new in updates:
             dst.copy_(new)
         return outs
 
     def _dims(self, args: tuple) -> dict[str, int]:
         return (self.scope.env if self.scope else {}) | read_dims(self.tr, args, self.module)
+
+
+class Results:
+    """One run's results as PyTorch values: tensors over the program's result arrays, or
+    copies where an input (`spans`: the bound inputs' memory, [start, end)) or an earlier
+    result shares their memory. (A class, not closures: a recursive closure is a reference
+    cycle, which kept each call's arguments alive until the next garbage collection.)"""
+
+    def __init__(self, prog: Program | None, spans: tuple[np.ndarray, np.ndarray] | None,
+                 args: tuple, env: dict[str, int]) -> None:
+        self.prog, self.spans, self.args, self.env = prog, spans, args, env
+        self.taken: list[tuple[int, int]] = []
+
+    def tensor(self, t: Any, dtype: torch.dtype) -> torch.Tensor:
+        assert self.prog is not None and self.spans is not None
+        starts, ends = self.spans
+        arr = self.prog.get(t)
+        lo = arr.ctypes.data
+        hi = lo + arr.nbytes
+        if not arr.flags.writeable or bool(((starts < hi) & (ends > lo)).any()) or \
+                any(a < hi and b > lo for a, b in self.taken):
+            arr = arr.copy()
+            lo = arr.ctypes.data
+            hi = lo + arr.nbytes
+        self.taken.append((lo, hi))
+        return to_torch(arr, dtype)
+
+    def value(self, o: Any) -> Any:
+        if isinstance(o, (tuple, list)):
+            return type(o)(self.value(x) for x in o)
+        if isinstance(o, TensorOut):
+            return self.tensor(o.tensor, o.dtype)
+        if isinstance(o, ArgOut):
+            return self.args[o.position]
+        if isinstance(o, Expr):
+            return int(o.eval(self.env))
+        return o
 
 
 def read_dims(tr: Translation, args: tuple, module: fx.GraphModule) -> dict[str, int]:
