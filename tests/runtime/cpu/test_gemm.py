@@ -81,6 +81,11 @@ CASES = {  # name: (graph builder, whether a Gemm genome exists)
                                              g.tensor((98, 37), lumos.f32, "w")), True),
     "linear_transposed_a": (lambda g: lumos.linear(g.tensor((37, 40), lumos.f32, "x").T,
                                                    g.tensor((50, 37), lumos.f32, "w")), True),
+    # ... 4 whole blocks of rows by 2 column blocks, k shorter than the unrolled 4; two rows
+    "linear_k3": (lambda g: lumos.linear(g.tensor((64, 3), lumos.f32, "x"),
+                                         g.tensor((32, 3), lumos.f32, "w")), True),
+    "linear_two_rows": (lambda g: lumos.linear(g.tensor((2, 20), lumos.f32, "x"),
+                                               g.tensor((40, 20), lumos.f32, "w")), True),
     # ... and more rows than it takes (kernels.ROWS_MAX_M): B copied into panels
     "linear_tall": (lambda g: lumos.linear(g.tensor((600, 37), lumos.f32, "x"),
                                            g.tensor((50, 37), lumos.f32, "w")), True),
