@@ -19,6 +19,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 
 import lumos.torch as lt
 import lumos.torch.compiled as compiled_module
+from lumos.errors import BindError
 from lumos.graph import Graph
 from lumos.runtime.cpu.program import CpuProgram
 from lumos.search.genome import SearchError
@@ -122,9 +123,10 @@ def test_a_new_length_reuses_the_dynamic_graph() -> None:
     assert cache.stats["misses"] == 2
 
 
-def test_weights_are_read_on_every_call() -> None:
+@pytest.mark.parametrize("runtime", ["cpu", "reference"])
+def test_weights_are_read_on_every_call(runtime: str) -> None:
     m = nn.Sequential(nn.Linear(4, 3), nn.ReLU(), nn.Linear(3, 2)).eval()
-    f = compiled(m, options=STRICT)
+    f = compiled(m, options={"runtime": runtime, "strict": True})
     x = torch.randn(5, 4)
     with torch.no_grad():
         before = f(x)
@@ -135,12 +137,14 @@ def test_weights_are_read_on_every_call() -> None:
         assert not torch.allclose(before, after)
 
 
-def test_weights_rebound_when_replaced_or_shared() -> None:
+@pytest.mark.parametrize("runtime", ["cpu", "reference"])
+def test_weights_rebound_when_replaced_or_shared(runtime: str) -> None:
     """Weights stay bound across calls; a replaced parameter, one given new memory, a
     non-contiguous one and a second module of the same structure are each bound anew."""
     torch.manual_seed(0)
     a, b = (nn.Sequential(nn.Linear(4, 3), nn.Linear(3, 2)).eval() for _ in range(2))
-    fa, fb = compiled(a, options=STRICT), compiled(b, options=STRICT)
+    opts = {"runtime": runtime, "strict": True}
+    fa, fb = compiled(a, options=opts), compiled(b, options=opts)
     x = torch.randn(5, 4)
     with torch.no_grad():
         for _ in range(2):  # alternating: the same cached program, two sets of weights
@@ -159,9 +163,10 @@ def test_weights_rebound_when_replaced_or_shared() -> None:
         assert_same(fa(x), a(x))
 
 
-def test_bf16_weights_bound_without_copies() -> None:
+@pytest.mark.parametrize("runtime", ["cpu", "reference"])
+def test_bf16_weights_bound_without_copies(runtime: str) -> None:
     m = nn.Linear(8, 4).to(torch.bfloat16).eval()
-    f = compiled(m, options=STRICT)
+    f = compiled(m, options={"runtime": runtime, "strict": True})
     x = torch.randn(3, 8, dtype=torch.bfloat16)
     with torch.no_grad():
         f(x)
@@ -169,7 +174,8 @@ def test_bf16_weights_bound_without_copies() -> None:
         assert_same(f(x), m(x))
 
 
-def test_input_mutation_writes_back() -> None:
+@pytest.mark.parametrize("runtime", ["cpu", "reference"])
+def test_input_mutation_writes_back(runtime: str) -> None:
     class Cache(nn.Module):
         def __init__(self) -> None:
             super().__init__()
@@ -181,7 +187,7 @@ def test_input_mutation_writes_back() -> None:
             return self.k.sum(1)
 
     eager, m = Cache(), Cache()
-    f = compiled(m, options=STRICT)
+    f = compiled(m, options={"runtime": runtime, "strict": True})
     with torch.no_grad():
         for p in ([0, 1], [2], [5, 3]):
             x, pos = torch.randn(2, len(p), 3), torch.tensor(p)
@@ -189,27 +195,29 @@ def test_input_mutation_writes_back() -> None:
             assert_same(m.k, eager.k)
 
 
-def test_tuple_outputs_and_views_of_inputs() -> None:
+@pytest.mark.parametrize("runtime", ["cpu", "reference"])
+def test_tuple_outputs_and_views_of_inputs(runtime: str) -> None:
     def f(x: torch.Tensor) -> tuple:
         return x.t(), x[1:] * 2, (x.sum(), x.shape[0])
 
     x = torch.randn(3, 4)
     with torch.no_grad():
-        got = compiled(f, options=STRICT)(x)
+        got = compiled(f, options={"runtime": runtime, "strict": True})(x)
         assert_same(got, f(x))
         assert got[0].data_ptr() == x.data_ptr()  # a view of the input, as in eager
-        a, b = compiled(lambda u: (u + 1, u + 1), options=STRICT)(x)
+        a, b = compiled(lambda u: (u + 1, u + 1), options={"runtime": runtime, "strict": True})(x)
         a.add_(1)  # one lumos node for both, but two separate results, as in eager
         assert_same(b, x + 1)
 
 
-def test_a_call_leaves_no_reference_cycle() -> None:
+@pytest.mark.parametrize("runtime", ["cpu", "reference"])
+def test_a_call_leaves_no_reference_cycle(runtime: str) -> None:
     """What a call builds is freed when the caller drops it, not by the garbage collector: a
     reference cycle per call (the results' recursive closure) kept each call's arguments
     alive until the next collection and made a tiny Llama's generate() collect 14 times in
     320 tokens (0 under inductor). (Only lumos' objects are looked for among the garbage:
     Dynamo's own tracing leaves some.)"""
-    f = compiled(lambda x: (x * 2 + 1, [x.sum(), x.shape[0]]), options=REF)
+    f = compiled(lambda x: (x * 2 + 1, [x.sum(), x.shape[0]]), options={"runtime": runtime})
     x = torch.randn(3, 4)
     with torch.no_grad():
         f(x)
@@ -231,6 +239,20 @@ def test_a_call_leaves_no_reference_cycle() -> None:
     assert not mine
     assert_same(kept, [x * 2 + 1, x.sum()])
 
+
+
+def test_the_cpu_call_checks_each_input() -> None:
+    """The CPU program runs on the tensors' own memory, unbound: an input of another
+    shape, dtype or device is refused before it runs, naming both."""
+    gm = make_fx(lambda x, w: (x @ w).relu())(torch.randn(2, 3), torch.randn(3, 4))
+    f = lt._compile(gm, None, opts=lt.Options.parse({"strict": True}), runtime=lt._runtime("cpu"))
+    x, w = torch.randn(2, 3), torch.randn(3, 4)
+    assert_same(f(x, w), (x @ w).relu())
+    wt = torch.randn(4, 3).T  # not contiguous: copied for the call
+    assert_same(f(x, wt), (x @ wt).relu())
+    for bad in (torch.randn(3, 3), torch.randn(3, 4, dtype=torch.float64), w.to("meta")):
+        with pytest.raises(BindError, match=r"graph has torch.float32 \(3, 4\)"):
+            f(x, bad)
 
 # -- graph breaks, fallback, strict -----------------------------------------------------------
 
@@ -309,10 +331,10 @@ def test_gradients_run_eagerly_with_a_notice(capfd: pytest.CaptureFixture[str],
 
 def test_a_failure_at_run_time_falls_back(monkeypatch: pytest.MonkeyPatch,
                                           capfd: pytest.CaptureFixture[str]) -> None:
-    def boom(self: Any, env: Any) -> None:
+    def boom(self: Any, *args: Any) -> None:
         raise RuntimeError("boom")
 
-    monkeypatch.setattr(CpuProgram, "_run", boom)
+    monkeypatch.setattr(CpuProgram, "run_raw", boom)  # (the backend's way to run)
     m = nn.Linear(3, 2, bias=False).eval()
     x = torch.randn(4, 3)
     with torch.no_grad():

@@ -22,11 +22,12 @@ import numpy as np
 import torch
 from torch import fx
 
+from lumos.errors import BindError
 from lumos.logs import warn
 from lumos.runtime import Program
 from lumos.search.options import Bucket
 from lumos.shape import Expr
-from lumos.torch.translate import ArgOut, TensorOut, Translation
+from lumos.torch.translate import DTYPES, ArgOut, TensorOut, Translation
 
 Buckets = dict[str, tuple[Bucket, ...]]  # per dim; a program covers every combination
 
@@ -154,6 +155,7 @@ class CompiledGraph:
         self._spans: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         self._sources = [s if isinstance(s, int) else operator.attrgetter(s)
                          for _, s in self.tr.inputs]
+        self._raw: dict[int, RawCall | None] = {}  # by program (None: not a CPU program)
 
     def __call__(self, *args: Any) -> Any:
         if not self.failed:
@@ -172,6 +174,12 @@ class CompiledGraph:
 
     def _run(self, prog: Program | None, args: tuple, env: dict[str, int]) -> Any:
         tr = self.tr
+        if prog is not None:
+            raw = self._raw.get(id(prog), False)
+            if raw is False:
+                raw = self._raw[id(prog)] = RawCall.of(tr, prog, self._sources)
+            if raw is not None:
+                return self._finish(raw.run(args, self.module, env), args)
         spans = None
         if prog is not None:
             bound = self._bound.setdefault(id(prog), [None] * len(tr.inputs))
@@ -191,10 +199,13 @@ class CompiledGraph:
                     spans[1][k] = spans[0][k] + a.nbytes
                 # (else a weight, unchanged, still bound: programs are shared)
             prog.execute({k: v for k, v in env.items() if k in tr.graph.dims})
-        results = Results(prog, spans, args, env)
-        outs = results.value(tr.outputs)
+        return self._finish(Results(prog, spans, args, env), args)
+
+    def _finish(self, results: Results, args: tuple) -> Any:
+        """The call's return value; the inputs it mutates updated."""
+        outs = results.value(self.tr.outputs)
         # every new value first: a failure leaves the inputs untouched for the fallback
-        updates = [(args[i], results.tensor(t, args[i].dtype)) for i, t in tr.mutations]
+        updates = [(args[i], results.tensor(t, args[i].dtype)) for i, t in self.tr.mutations]
         for dst, new in updates:
             dst.copy_(new)
         return outs
@@ -238,6 +249,78 @@ class Results:
         if isinstance(o, Expr):
             return int(o.eval(self.env))
         return o
+
+
+class RawResults(Results):
+    """A `RawCall`'s results: the tensors it ran into, one per graph output (a second
+    reference to one of them is a copy, as eager PyTorch returns distinct tensors)."""
+
+    def __init__(self, tensors: list[torch.Tensor], at: dict[tuple, int], args: tuple,
+                 env: dict[str, int]) -> None:
+        super().__init__(None, None, args, env)
+        self.tensors, self.at, self.given = tensors, at, [False] * len(tensors)
+
+    def tensor(self, t: Any, dtype: torch.dtype) -> torch.Tensor:
+        k = self.at[(t.node, t.view)]
+        out = self.tensors[k]
+        if self.given[k]:
+            return out.clone()
+        self.given[k] = True
+        return out
+
+
+class RawCall:
+    """A CPU program called with the tensors' own memory (`CpuProgram.run_raw`): each
+    input checked (storage dtype, shape for the call's dims, CPU; a non-contiguous one
+    copied), the outputs fresh tensors. Binding through `set_data` and reading through
+    `get` cost more than the tiny Llama's decode kernels (30 inputs, 5 results: 0.3 ms
+    against 0.2)."""
+
+    def __init__(self, tr: Translation, prog: Any, sources: list) -> None:
+        g = tr.graph
+        by_node = {t.node: k for k, (t, _) in enumerate(tr.inputs)}
+        self.prog, self.dims = prog, sorted(g.dims)
+        self.sources = [sources[by_node[node]] for node in prog.input_nodes]
+        self.shapes = [g.nodes[node].shape for node in prog.input_nodes]
+        torch_of = {d: t for t, d in DTYPES.items()}
+        self.dtypes = [torch_of[g.nodes[node].dtype] for node in prog.input_nodes]
+        self.out_dtypes = [torch_of[g.nodes[o].dtype] for o in g.outputs]
+        index = {o: k for k, o in enumerate(g.outputs)}
+        self.at = {key: index[o] for key, o in g.output_of.items()}
+        self._want: dict[tuple[int, ...], list[tuple[int, ...]]] = {}  # by dims
+
+    @staticmethod
+    def of(tr: Translation, prog: Program, sources: list) -> RawCall | None:
+        """The raw call of `prog`, or None if it is not a CPU program or some input of
+        its graph has no source among the call's arguments."""
+        from lumos.runtime.cpu.program import CpuProgram
+        if not isinstance(prog, CpuProgram) or \
+                {t.node for t, _ in tr.inputs} != set(prog.input_nodes):
+            return None
+        return RawCall(tr, prog, sources)
+
+    def run(self, args: tuple, module: fx.GraphModule, env: dict[str, int]) -> RawResults:
+        key = tuple(env[d] for d in self.dims)
+        want = self._want.get(key)
+        if want is None:
+            if len(self._want) > 4096:
+                self._want.clear()
+            want = self._want[key] = [tuple(int(e.eval(env)) for e in s) for s in self.shapes]
+        xs, pointers = [], []
+        for source, shape, dtype in zip(self.sources, want, self.dtypes, strict=True):
+            x = args[source] if isinstance(source, int) else source(module)
+            if x.dtype != dtype or x.shape != shape or not x.is_cpu:
+                raise BindError(f"an input of {x.dtype} {tuple(x.shape)} on {x.device} "
+                                f"where the graph has {dtype} {shape} on the CPU")
+            if not x.is_contiguous():
+                x = x.contiguous()
+                xs.append(x)  # (alive until the run returns)
+            pointers.append(x.data_ptr())
+        outs = [torch.empty(shape, dtype=dtype)
+                for shape, dtype in zip(self.prog.output_shapes(env), self.out_dtypes,
+                                        strict=True)]
+        self.prog.run_raw(env, pointers, [t.data_ptr() for t in outs])
+        return RawResults(outs, self.at, args, env)
 
 
 def read_dims(tr: Translation, args: tuple, module: fx.GraphModule) -> dict[str, int]:

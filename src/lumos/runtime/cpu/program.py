@@ -372,6 +372,10 @@ class CpuProgram(Program):
         self._by_name = {n.name: i for i, n in enumerate(graph.nodes) if n.op == "Input"}
         self._spare: dict[int, np.ndarray] = {}  # by output: scratch when it is fed back
         self._bindings: dict[int, _Binding] = {}  # by program index
+        self._dim_names = sorted(graph.dims)
+        self._selected: dict[tuple[int, ...], int] = {}  # dims -> program index
+        self._slots: dict[int, np.ndarray] = {}  # by program index: see run_raw
+        self.input_nodes = [i for i, n in enumerate(graph.nodes) if n.op == "Input"]
 
     @property
     def compiled(self) -> CompiledProgram:
@@ -382,8 +386,42 @@ class CpuProgram(Program):
         for b in self._bindings.values():
             b.pending.add(node)
 
+    def _select(self, env: Mapping[str, int]) -> int:
+        key = tuple(env[d] for d in self._dim_names)
+        index = self._selected.get(key)
+        if index is None:
+            if len(self._selected) > 4096:
+                self._selected.clear()
+            index = self._selected[key] = select(self.buckets, env)
+        return index
+
+    def output_shapes(self, env: Mapping[str, int]) -> list[tuple[int, ...]]:
+        """The shapes of the graph's outputs (in `graph.outputs` order) for these dims."""
+        return self.programs[self._select(env)].output_shapes(env)
+
+    def run_raw(self, env: Mapping[str, int], inputs: Sequence[int],
+                outputs: Sequence[int]) -> None:
+        """Run on memory the caller holds, bypassing the bindings: `inputs`, the data
+        pointer of each Input node (in `input_nodes` order), `outputs`, one per graph
+        output (`output_shapes`). Unchecked: the caller guarantees every dim of the graph
+        in `env`, inputs C-contiguous of their storage dtypes and shapes for these dims,
+        and outputs that overlap no input and no other output (the torch backend: a
+        tensor's pointer costs a fraction of what binding it as an array costs)."""
+        index = self._select(env)
+        c = self.programs[index]
+        slots = self._slots.get(index)
+        if slots is None:
+            at = {node: k for k, node in enumerate(self.input_nodes)}
+            slots = self._slots[index] = np.array(
+                [at[self._by_name[name]] for name in c.layout.input_names], np.intp)
+        ins = np.array(inputs, np.int64)[slots] if len(slots) else np.zeros(1, np.int64)
+        outs = np.array(outputs or [0], np.int64)
+        c.run((), env, (), ins, outs)
+        if c.layout.profiled:
+            c.log_profile(env)
+
     def _run(self, env: dict[str, int]) -> None:
-        index = select(self.buckets, env)
+        index = self._select(env)
         c = self.programs[index]
         bind = self._bindings.get(index)
         if bind is None:
