@@ -231,15 +231,17 @@ def _read_element_by_element(arr: np.ndarray, view: View) -> np.ndarray:
     lambda x: x.unsqueeze(0).expand(2, 3, 4, 5),  # a broadcast: stride 0
     lambda x: x.reshape(4, 15)[:, 3:9].T,  # ... of a reshape
     lambda x: x.reshape(60)[7:].reshape(53)[::-2],  # a reversed step: gathered
-    lambda x: x.pad((1, 2, 0, 1)),  # padding: gathered, 0 outside
+    lambda x: x.pad((1, 2, 0, 1)),  # padding: strided over zeros around x, 0 where invalid
+    lambda x: x.pad((2, 1, 1, 0))[:, ::2, 1:],  # ... then sliced with a step
+    lambda x: x.pad((0, 0, 0, 0, 40, 40)),  # mostly padding: gathered
     lambda x: x._with_view(x.view.unsqueeze(0).pad(0, 0, 1)),  # relu's stacked pair [x, 0]
     lambda x: x.reshape(3, 2, 2, 5).permute(0, 2, 1, 3).reshape(3, 4, 5),  # not affine
     lambda x: x[1, 2, 3],  # one element (0-d)
 ])
 def test_a_view_reads_what_its_index_says(move) -> None:
-    """`read` (strided views where the index is affine, a gather once per source element
-    where validity depends on other axes, else a gather) against a read element by
-    element."""
+    """`read` (strided views where the index is affine, masked where it is not valid
+    everywhere, a gather once per source element where validity depends on other axes,
+    else a gather) against a read element by element."""
     g = lumos.Graph()
     x = g.tensor((3, 4, 5), "f32")
     view = move(x).view

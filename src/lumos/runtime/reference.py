@@ -26,8 +26,11 @@ _UNARY = {"Exp2": np.exp2, "Log2": np.log2, "Sin": np.sin, "Sqrt": np.sqrt,
           "Recip": np.reciprocal}
 
 
-def read(arr: np.ndarray, view: View, env: dict[str, int]) -> np.ndarray:
-    """The logical array a consumer sees when it reads buffer `arr` through `view`."""
+def read(arr: np.ndarray, view: View, env: dict[str, int],
+         wide: bool = False) -> np.ndarray:
+    """The logical array a consumer sees when it reads buffer `arr` through `view`
+    (`wide`: where the read is materialized, floats become float64 on the way, for
+    `_sum_of_products`)."""
     shape = tuple(int(e.eval(env)) for e in view.shape)
     if view.is_contiguous():  # a row-major prefix of the buffer (all of it, or a narrow)
         return arr.reshape(-1)[:math.prod(shape)].reshape(shape)
@@ -40,6 +43,10 @@ def read(arr: np.ndarray, view: View, env: dict[str, int]) -> np.ndarray:
     if strided is not None:
         return strided
     scope = env | zs
+    padded = _padded(arr, view, env, shape)
+    if padded is not None:  # (a convolution's padded windows: no index array, no gather)
+        zero = np.zeros((), np.float64 if wide and arr.dtype.kind == "f" else arr.dtype)
+        return np.where(np.asarray(view.valid.eval(scope)) != 0, padded, zero)
     # gather at the index as evaluated (extent 1 on the axes it does not depend on), then
     # broadcast: a broadcast read costs the size of its source, not of its shape
     idx = np.asarray(view.index.eval(scope), dtype=np.int64)
@@ -67,6 +74,43 @@ def _strided(arr: np.ndarray, view: View, env: dict[str, int],
     transpose, a broadcast, a slice: no gather), else None."""
     if not (view.valid.is_num and view.valid.value == 1):
         return None
+    affine = _affine(view, env, shape)
+    if affine is None:
+        return None
+    off, steps = affine
+    if off < 0 or off + sum(c * (n - 1) for c, n in zip(steps, shape, strict=True)) >= arr.size:
+        return None
+    flat = arr.reshape(-1)[off:]
+    return np.lib.stride_tricks.as_strided(flat, shape, [c * flat.itemsize for c in steps],
+                                           writeable=False)
+
+
+def _padded(arr: np.ndarray, view: View, env: dict[str, int],
+            shape: tuple[int, ...]) -> np.ndarray | None:
+    """For a view whose index is affine as in `_strided` but valid only somewhere (a
+    padded or shifted read): its index read as a strided view of `arr` with zeros around
+    it where the index leaves the buffer (the caller zeroes where it is not valid), else
+    None."""
+    affine = _affine(view, env, shape)
+    if affine is None or arr.size == 0:
+        return None
+    off, steps = affine
+    lo = max(0, -off)
+    hi = max(0, off + sum(c * (n - 1) for c, n in zip(steps, shape, strict=True)) - arr.size + 1)
+    if lo + hi > max(arr.size, math.prod(shape)):  # mostly outside: gathered instead
+        return None
+    flat = arr.reshape(-1)
+    if lo or hi:
+        flat = np.concatenate([np.zeros(lo, arr.dtype), flat, np.zeros(hi, arr.dtype)])
+    flat = flat[off + lo:]
+    return np.lib.stride_tricks.as_strided(flat, shape, [c * flat.itemsize for c in steps],
+                                           writeable=False)
+
+
+def _affine(view: View, env: dict[str, int],
+            shape: tuple[int, ...]) -> tuple[int, list[int]] | None:
+    """(offset, step per axis) if the view's index is an offset plus a nonnegative
+    multiple of each axis, else None."""
     e = view.index.subs(env)
     terms = e.args if e.op == "sum" else (((), e.args[0]),) if e.op == "num" else \
         (((e,), 1),) if e.op == "var" else None
@@ -81,12 +125,7 @@ def _strided(arr: np.ndarray, view: View, env: dict[str, int],
             steps[names.index(mono[0].args[0])] = c
         else:
             return None
-    if off < 0 or min(steps, default=0) < 0 or \
-            off + sum(c * (n - 1) for c, n in zip(steps, shape, strict=True)) >= arr.size:
-        return None
-    flat = arr.reshape(-1)[off:]
-    return np.lib.stride_tricks.as_strided(flat, shape, [c * flat.itemsize for c in steps],
-                                           writeable=False)
+    return None if min(steps, default=0) < 0 else (off, steps)
 
 
 def _compute_dtype(d: DType) -> Any:
@@ -196,7 +235,7 @@ def _sum_of_products(a: np.ndarray, b: np.ndarray, axis: int) -> np.ndarray | No
     xa = a[tuple(0 if d else slice(None) for d in drop_a)]
     xb = b[tuple(0 if d else slice(None) for d in drop_b)]
     if a.dtype.kind == "f":  # (after dropping the broadcast axes: no copy of their extent)
-        xa, xb = xa.astype(np.float64, order="K"), xb.astype(np.float64, order="K")
+        xa, xb = (x.astype(np.float64, order="K", copy=False) for x in (xa, xb))
     sa = "".join(c for c, d in zip(letters, drop_a, strict=True) if not d)
     sb = "".join(c for c, d in zip(letters, drop_b, strict=True) if not d)
     out = letters[:axis] + letters[axis + 1:]
@@ -246,8 +285,8 @@ def run_hlir(g: Graph, inputs: Mapping[str, np.ndarray], env: dict[str, int]) ->
         for i, node in enumerate(g.nodes):
             if i not in needed:
                 continue
-            args = [read(vals[j], v, env) for j, v in zip(node.inputs, node.views, strict=True)
-                    if j not in products]
+            args = [read(vals[j], v, env, i in products)
+                    for j, v in zip(node.inputs, node.views, strict=True) if j not in products]
             if i in products:  # kept as its factors, for the sum that reads it
                 vals[i] = args
                 continue

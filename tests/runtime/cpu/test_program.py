@@ -6,6 +6,7 @@ from __future__ import annotations
 import ctypes
 import dataclasses
 import re
+import time
 from pathlib import Path
 
 import numpy as np
@@ -266,6 +267,31 @@ def test_kernels_compile_in_batches_cached_per_kernel(
     run.restype = ctypes.c_int64
     assert run() == 123
 
+
+
+def test_a_slow_unit_holds_one_job_not_the_queue(tmp_path: Path,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """With two jobs, the units after a slow one (OWN_GEMM's: 0.4 s) compile in the other
+    job while it runs: each waits for the first compiler to end, not the first started."""
+    monkeypatch.setenv("LUMOS_CACHE", str(tmp_path))
+    monkeypatch.setenv("LUMOS_CC_JOBS", "2")
+    starts: list[float] = []
+    real = cc_module.subprocess.Popen
+
+    def popen(cmd: list[str], **kw: object) -> object:
+        if "-c" not in cmd:
+            return real(cmd, **kw)
+        starts.append(time.time())
+        if "k_slow" in Path(cmd[-1]).read_text():  # 2 s before its compiler starts
+            cmd = ["sh", "-c", 'sleep 2 && exec "$@"', "sh", *cmd]
+        return real(cmd, **kw)
+
+    monkeypatch.setattr(cc_module.subprocess, "Popen", popen)
+    units = [f"int k_{name}(void) {{ return {k}; }}\n"
+             for k, name in enumerate(["slow", "a", "b", "c", "d"])]
+    cc_module.compile_units(units)
+    slow = next(o for o in (tmp_path / "cpu").glob("*.o") if b"k_slow" in o.read_bytes())
+    assert len(starts) == 5 and max(starts[1:]) < slow.stat().st_mtime  # (written at its end)
 
 def test_compile_error_names_the_source() -> None:
     with pytest.raises(CompileError, match=r"generated source .*\.c") as info:

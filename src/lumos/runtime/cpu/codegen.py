@@ -516,7 +516,8 @@ static void lumos_gemm_rows(int64_t m, int64_t n, int64_t k, const float *a, int
           for (int j = 0; j < 4; j++) acc[u][j] = (lumos_f32x16){0};
         for (int64_t p = 0; p < k; p++) {
           if (!(p & 15) && ahead)
-            for (int j = pass; j < 16; j += passes) __builtin_prefetch(wj + (16 + j) * ldb + p, 0, 2);
+            for (int j = pass; j < 16; j += passes)
+              __builtin_prefetch(wj + (16 + j) * ldb + p, 0, 2);
           const lumos_f32x16 x0 = q[p], x1 = q[k + p], x2 = q[2 * k + p], x3 = q[3 * k + p];
           for (int j = 0; j < 4; j++) {
             const lumos_f32x16 s = LUMOS_SPLAT_F32X16(wh[j * ldb + p]);
@@ -537,7 +538,8 @@ static void lumos_gemm_rows(int64_t m, int64_t n, int64_t k, const float *a, int
         int64_t p = 0;
         for (; p + 4 <= k; p += 4) {
           if (!(p & 15) && ahead)
-            for (int j = (int)ib; j < 16; j += passes) __builtin_prefetch(wj + (16 + j) * ldb + p, 0, 2);
+            for (int j = (int)ib; j < 16; j += passes)
+              __builtin_prefetch(wj + (16 + j) * ldb + p, 0, 2);
           const lumos_f32x16 x0 = q[p], x1 = q[p + 1], x2 = q[p + 2], x3 = q[p + 3];
           for (int j = 0; j < 16; j++) {
             const float *wp = wj + j * ldb + p;
