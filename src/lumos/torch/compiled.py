@@ -1,8 +1,9 @@
 """A translated ATen graph and its lumos programs, called with the real tensors.
 
-Every call binds every input afresh (weights included) without copying: a CPU
-tensor and the numpy array bound to the program share memory, bf16 as its
-16-bit pattern. Results come back as tensors over the program's result arrays.
+Every call binds every input afresh (weights included) without copying. A CPU program
+is handed each tensor's memory and computes into fresh output tensors (`RawCall`);
+another runtime's program binds numpy arrays sharing the tensors' memory (bf16 as its
+16-bit pattern) and its results come back as tensors over its result arrays.
 
 A dynamic graph has programs for dim buckets (`Programs`): a size outside all of them
 compiles a program for a new bucket holding it, and only if that compile fails do the
@@ -147,12 +148,6 @@ class CompiledGraph:
         self.programs, self.tr, self.module, self.strict = programs, programs.tr, module, strict
         self.scope = scope
         self.failed = False
-        # by program: per input, the tensor last bound, its data pointer and the array
-        # bound (contiguous tensors only: their memory is bound, so later writes are seen;
-        # rebinding a weight cost more than the tiny Llama's kernels)
-        self._bound: dict[int, list[tuple[torch.Tensor, int, np.ndarray] | None]] = {}
-        # by program: each input's memory as last bound, [start, end) (the alias check)
-        self._spans: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         self._sources = [s if isinstance(s, int) else operator.attrgetter(s)
                          for _, s in self.tr.inputs]
         self._raw: dict[int, RawCall | None] = {}  # by program (None: not a CPU program)
@@ -181,23 +176,14 @@ class CompiledGraph:
             if raw is not None:
                 return self._finish(raw.run(args, self.module, env), args)
         spans = None
-        if prog is not None:
-            bound = self._bound.setdefault(id(prog), [None] * len(tr.inputs))
-            spans = self._spans.get(id(prog))
-            if spans is None:
-                spans = self._spans[id(prog)] = (np.zeros(len(tr.inputs), np.int64),
-                                                 np.zeros(len(tr.inputs), np.int64))
+        if prog is not None:  # (another runtime: every input bound through set_data)
+            spans = (np.zeros(len(tr.inputs), np.int64), np.zeros(len(tr.inputs), np.int64))
             for k, ((t, _), source) in enumerate(zip(tr.inputs, self._sources, strict=True)):
                 x = args[source] if isinstance(source, int) else source(self.module)
-                hit = bound[k]
-                if hit is None or hit[0] is not x or hit[1] != x.data_ptr() or \
-                        hit[2].shape != x.shape or prog.bound(t) is not hit[2]:
-                    prog.set_data(t, to_numpy(x))
-                    a = prog.bound(t)
-                    bound[k] = (x, x.data_ptr(), a) if x.is_contiguous() else None
-                    spans[0][k] = a.ctypes.data
-                    spans[1][k] = spans[0][k] + a.nbytes
-                # (else a weight, unchanged, still bound: programs are shared)
+                prog.set_data(t, to_numpy(x))
+                a = prog.bound(t)
+                spans[0][k] = a.ctypes.data
+                spans[1][k] = spans[0][k] + a.nbytes
             prog.execute({k: v for k, v in env.items() if k in tr.graph.dims})
         return self._finish(Results(prog, spans, args, env), args)
 
