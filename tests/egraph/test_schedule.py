@@ -1,5 +1,6 @@
 """Budgets, the hard time limit and the egglog log."""
 
+import os
 import time
 
 import numpy as np
@@ -78,12 +79,37 @@ def test_worker_returns_what_in_process_does():
 def test_a_warmed_worker_is_the_one_a_build_uses():
     worker.stop()
     worker.warm()
-    started = worker._proc
+    started = worker._started[:]
     worker.warm()  # already starting: no second process
-    assert worker._proc is started and started.poll() is None
+    assert worker._started == started and started[0].proc.poll() is None
     g = long_sum(3)
     assert build_spaces(g, budget=Budget(time_limit=30)) == build_spaces(g)
-    assert worker._proc is started
+    assert worker._started == started
+
+
+def test_dim_buckets_saturate_side_by_side(monkeypatch):
+    """Two bucket combinations: two workers at once (on a machine of several cores), the
+    spaces those of the in-process build, in order."""
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    worker.stop()
+    g = lumos.Graph()
+    x = g.tensor(("n", 4), name="x")
+    (x.exp() * 2.0).sum(1).output()
+    bounds = [{"n": (1, 1)}, {"n": (2, 64)}]
+    busy, most, real = [0], [0], worker.call
+
+    def counted(*a):
+        busy[0] += 1
+        most[0] = max(most[0], busy[0])
+        try:
+            time.sleep(0.5)  # (both started before either ends)
+            return real(*a)
+        finally:
+            busy[0] -= 1
+
+    monkeypatch.setattr(worker, "call", counted)
+    got = build_spaces(g, bounds, budget=Budget(time_limit=60))
+    assert got == build_spaces(g, bounds) and most[0] == 2 and len(worker._started) == 2
 
 
 def test_log_prints_per_ruleset_matches(monkeypatch, capsys):

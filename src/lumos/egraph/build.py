@@ -3,8 +3,10 @@ run the schedule under the interval facts of each combination, read back."""
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 
 from lumos.egraph import worker
 from lumos.egraph.encode import bound_facts, egg, fingerprints, insert_commands, span
@@ -22,12 +24,22 @@ def build_spaces(graph: Graph, all_bounds: Sequence[Bounds] = ({},), rules: Rule
                  budget: Budget = NO_LIMITS) -> list[SearchSpace]:
     """One SearchSpace per entry of `all_bounds` (dim -> (min, max), overriding the
     declared ranges). With `budget.time_limit` the work runs in a child process that is
-    killed at the limit; then (with a warning) the spaces are the graph as given, with only
-    the `required` stages run (a backend's lowering, without which it cannot execute)."""
+    killed at the limit (several entries: one child each, side by side where the CPU has
+    the cores); then (with a warning) the spaces are the graph as given, with only the
+    `required` stages run (a backend's lowering, without which it cannot execute)."""
     if budget.time_limit is None:
         return saturate(graph, all_bounds, rules, budget)
+    limit = budget.time_limit
     try:
-        return worker.call(saturate, (graph, all_bounds, rules, budget), budget.time_limit)
+        if len(all_bounds) == 1 or (os.cpu_count() or 1) == 1:
+            return worker.call(saturate, (graph, all_bounds, rules, budget), limit)
+        # a worker per combination, side by side (egglog runs on one core: SmolLM2's two
+        # buckets took 2 x 21 s of saturation one after the other)
+        with ThreadPoolExecutor(min(len(all_bounds), os.cpu_count() or 1)) as pool:
+            parts = list(pool.map(lambda one: worker.call(saturate, (graph, [one], rules,
+                                                                      budget), limit),
+                                  all_bounds))
+        return [space for part in parts for space in part]
     except worker.Lost as e:
         warn(f"e-graph saturation {e}; the search space is the graph without rewrites "
              "(but for required stages: a backend's lowering)")

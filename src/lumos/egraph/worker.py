@@ -5,7 +5,8 @@ child that is killed at the limit. The child is a fresh interpreter, spawned, ne
 forked (on egglog 13.2 a forked child's results never reach the parent); it is started
 with subprocess rather than multiprocessing's spawn context, which would re-run the
 user's unguarded __main__ script in the child. It is started on first use and reused
-until killed; `warm` starts it early without waiting for it.
+until killed; `warm` starts it early without waiting for it. Calls made at once (one per
+dim bucket) run in as many children.
 Messages are length-prefixed pickles over its stdin/stdout; what the call prints to
 stderr is handed back and printed by the parent.
 """
@@ -25,9 +26,6 @@ import threading
 from collections.abc import Callable
 from typing import IO, Any
 
-_proc: subprocess.Popen | None = None
-_owner = os.getpid()  # a forked parent must not share its worker
-_starting = False  # _proc's "ready" not read yet (started by warm)
 _lock = threading.Lock()
 
 
@@ -50,73 +48,94 @@ def recv(f: IO[bytes]) -> Any:
     return pickle.loads(f.read(struct.unpack("<Q", head)[0]))
 
 
-def _spawn() -> subprocess.Popen:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
-    code = "from lumos.egraph.worker import main; main()"
-    return subprocess.Popen([sys.executable, "-c", code], env=env,
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+class _Worker:
+    """One child: its process, the pid that started it (a forked parent must not share
+    it) and whether its "ready" is still to be read."""
+
+    def __init__(self) -> None:
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+        code = "from lumos.egraph.worker import main; main()"
+        self.proc = subprocess.Popen([sys.executable, "-c", code], env=env,
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        self.owner, self.starting = os.getpid(), True
+
+    def alive(self) -> bool:
+        return self.owner == os.getpid() and self.proc.poll() is None
+
+    def ready(self) -> None:
+        if self.starting:
+            self.starting = False
+            try:
+                recv(self.proc.stdout)  # "ready": imports done, not counted against a limit
+            except EOFError:
+                raise Lost(f"worker failed to start (exit code {self.proc.wait()})") from None
+
+    def kill(self) -> None:
+        if self.owner == os.getpid():
+            self.proc.kill()
+            self.proc.wait()
 
 
-def _ready(proc: subprocess.Popen) -> subprocess.Popen:
-    try:
-        recv(proc.stdout)  # "ready": imports done, so they do not count against a limit
-    except EOFError:
-        raise Lost(f"worker failed to start (exit code {proc.wait()})") from None
-    return proc
+# workers not in a call, the last used last (its e-graph has the rules loaded); calls at
+# once (build_spaces' dim buckets) each take one, a new one if none is idle
+_idle: list[_Worker] = []
+_started: list[_Worker] = []  # all of this process's, for `stop`
 
 
-def _alive() -> bool:
-    return _proc is not None and _proc.poll() is None and _owner == os.getpid()
+def _take() -> _Worker:
+    with _lock:
+        while _idle:
+            w = _idle.pop()
+            if w.alive():
+                return w
+        w = _Worker()
+        _started.append(w)
+        return w
 
 
 def warm() -> None:
-    """Start the worker now and return at once: its imports (~0.3 s) overlap the caller's
+    """Start a worker now and return at once: its imports (~0.3 s) overlap the caller's
     work up to the first `call` (the torch backend: PyTorch's tracing)."""
-    global _proc, _owner, _starting
     with _lock:
-        if not _alive():
-            _proc, _owner, _starting = _spawn(), os.getpid(), True
+        _idle[:] = [w for w in _idle if w.alive()]
+        if not _idle:
+            _idle.append(_Worker())
+            _started.append(_idle[-1])
 
 
 def stop() -> None:
-    global _proc
-    if _proc is not None and _owner == os.getpid():
-        _proc.kill()
-        _proc.wait()
-        _proc = None
+    """Kill this process's workers (a call running in one fails with Lost)."""
+    with _lock:
+        for w in _started:
+            w.kill()
+        _started.clear()
+        _idle.clear()
 
 
 atexit.register(stop)
 
 
 def call(fn: Callable[..., Any], args: tuple, time_limit: float) -> Any:
-    """fn(*args) in the worker; raises Lost if it runs past `time_limit` seconds or the
+    """fn(*args) in a worker; raises Lost if it runs past `time_limit` seconds or the
     worker dies, and re-raises what fn raises."""
-    global _proc, _owner, _starting
+    w = _take()
+    try:
+        w.ready()
+        assert w.proc.stdin is not None and w.proc.stdout is not None
+        send(w.proc.stdin, (fn, args, os.environ.get("LUMOS_LOG", "")))
+        ready, _, _ = select.select([w.proc.stdout], [], [], time_limit)
+        if not ready:
+            raise Lost(f"ran past its time limit of {time_limit:g} s and was killed")
+        ok, value, printed = recv(w.proc.stdout)
+    except (EOFError, BrokenPipeError):
+        code = w.proc.wait()
+        w.kill()
+        raise Lost(f"worker died (exit code {code})") from None
+    except BaseException:  # the limit, or an interrupt: a late reply must not be read
+        w.kill()
+        raise
     with _lock:
-        if not _alive():
-            _proc, _owner, _starting = _spawn(), os.getpid(), True
-        if _starting:
-            _starting = False
-            try:
-                _ready(_proc)
-            except Lost:
-                stop()
-                raise
-        assert _proc.stdin is not None and _proc.stdout is not None
-        try:
-            send(_proc.stdin, (fn, args, os.environ.get("LUMOS_LOG", "")))
-            ready, _, _ = select.select([_proc.stdout], [], [], time_limit)
-            if not ready:
-                raise Lost(f"ran past its time limit of {time_limit:g} s and was killed")
-            ok, value, printed = recv(_proc.stdout)
-        except (EOFError, BrokenPipeError):
-            code = _proc.wait()
-            stop()
-            raise Lost(f"worker died (exit code {code})") from None
-        except BaseException:  # the limit, or an interrupt: a late reply must not be read
-            stop()
-            raise
+        _idle.append(w)
     sys.stderr.write(printed)
     if not ok:
         raise value
