@@ -55,6 +55,20 @@ def test_seeds_come_before_the_baseline():
     assert len(seen) == 3
 
 
+
+def test_a_generation_draws_no_more_genomes_than_the_limit_leaves(monkeypatch):
+    """limit=2 of a generation of 10: the two seeds are drawn, not 8 genomes more (each a
+    fraction of a second on a large space), and the candidates are the same."""
+    space = grid_space(6, 3)
+    prefer = [lambda c, n, op=op: 0 if n.op == op else 1 for op in ("v2", "v1")]
+    drawn = []
+    real = Genomes.fingerprint
+    monkeypatch.setattr(Genomes, "fingerprint", lambda self, g: drawn.append(g) or real(self, g))
+    seen = drive(GeneticSearch(space, CompileOptions(limit=2, generation_size=10),
+                               seeds=prefer), measured(space))
+    assert len(seen) == 2 and len(drawn) == 2
+    assert [[n.op for _, n in extract(space, g)][0] for g, _ in seen] == ["v2", "v1"]
+
 def test_same_seed_same_sequence_and_choice():
     space = grid_space(6, 3)
     runs = [drive(GeneticSearch(space, CompileOptions(limit=40, seed=s)), measured(space))
