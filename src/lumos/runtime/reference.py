@@ -26,11 +26,8 @@ _UNARY = {"Exp2": np.exp2, "Log2": np.log2, "Sin": np.sin, "Sqrt": np.sqrt,
           "Recip": np.reciprocal}
 
 
-def read(arr: np.ndarray, view: View, env: dict[str, int],
-         wide: bool = False) -> np.ndarray:
-    """The logical array a consumer sees when it reads buffer `arr` through `view`
-    (`wide`: where the read is materialized, floats become float64 on the way, for
-    `_sum_of_products`)."""
+def read(arr: np.ndarray, view: View, env: dict[str, int]) -> np.ndarray:
+    """The logical array a consumer sees when it reads buffer `arr` through `view`."""
     shape = tuple(int(e.eval(env)) for e in view.shape)
     if view.is_contiguous():  # a row-major prefix of the buffer (all of it, or a narrow)
         return arr.reshape(-1)[:math.prod(shape)].reshape(shape)
@@ -45,8 +42,8 @@ def read(arr: np.ndarray, view: View, env: dict[str, int],
     scope = env | zs
     padded = _padded(arr, view, env, shape)
     if padded is not None:  # (a convolution's padded windows: no index array, no gather)
-        zero = np.zeros((), np.float64 if wide and arr.dtype.kind == "f" else arr.dtype)
-        return np.where(np.asarray(view.valid.eval(scope)) != 0, padded, zero)
+        return np.where(np.asarray(view.valid.eval(scope)) != 0, padded,
+                        np.zeros((), arr.dtype))
     # gather at the index as evaluated (extent 1 on the axes it does not depend on), then
     # broadcast: a broadcast read costs the size of its source, not of its shape
     idx = np.asarray(view.index.eval(scope), dtype=np.int64)
@@ -235,7 +232,7 @@ def _sum_of_products(a: np.ndarray, b: np.ndarray, axis: int) -> np.ndarray | No
     xa = a[tuple(0 if d else slice(None) for d in drop_a)]
     xb = b[tuple(0 if d else slice(None) for d in drop_b)]
     if a.dtype.kind == "f":  # (after dropping the broadcast axes: no copy of their extent)
-        xa, xb = (x.astype(np.float64, order="K", copy=False) for x in (xa, xb))
+        xa, xb = xa.astype(np.float64, order="K"), xb.astype(np.float64, order="K")
     sa = "".join(c for c, d in zip(letters, drop_a, strict=True) if not d)
     sb = "".join(c for c, d in zip(letters, drop_b, strict=True) if not d)
     out = letters[:axis] + letters[axis + 1:]
@@ -285,8 +282,8 @@ def run_hlir(g: Graph, inputs: Mapping[str, np.ndarray], env: dict[str, int]) ->
         for i, node in enumerate(g.nodes):
             if i not in needed:
                 continue
-            args = [read(vals[j], v, env, i in products)
-                    for j, v in zip(node.inputs, node.views, strict=True) if j not in products]
+            args = [read(vals[j], v, env) for j, v in zip(node.inputs, node.views, strict=True)
+                    if j not in products]
             if i in products:  # kept as its factors, for the sum that reads it
                 vals[i] = args
                 continue
