@@ -169,22 +169,22 @@ class CompiledGraph:
 
     def _run(self, prog: Program | None, args: tuple, env: dict[str, int]) -> Any:
         tr = self.tr
-        if prog is not None:
-            raw = self._raw.get(id(prog), False)
-            if raw is False:
-                raw = self._raw[id(prog)] = RawCall.of(tr, prog, self._sources)
-            if raw is not None:
-                return self._finish(raw.run(args, self.module, env), args)
-        spans = None
-        if prog is not None:  # (another runtime: every input bound through set_data)
-            spans = (np.zeros(len(tr.inputs), np.int64), np.zeros(len(tr.inputs), np.int64))
-            for k, ((t, _), source) in enumerate(zip(tr.inputs, self._sources, strict=True)):
-                x = args[source] if isinstance(source, int) else source(self.module)
-                prog.set_data(t, to_numpy(x))
-                a = prog.bound(t)
-                spans[0][k] = a.ctypes.data
-                spans[1][k] = spans[0][k] + a.nbytes
-            prog.execute({k: v for k, v in env.items() if k in tr.graph.dims})
+        if prog is None:  # (the graph computes no tensor)
+            return self._finish(Results(None, None, args, env), args)
+        raw = self._raw.get(id(prog), False)
+        if raw is False:
+            raw = self._raw[id(prog)] = RawCall.of(tr, prog, self._sources)
+        if raw is not None:
+            return self._finish(raw.run(args, self.module, env), args)
+        # another runtime: every input bound through set_data
+        spans = (np.zeros(len(tr.inputs), np.int64), np.zeros(len(tr.inputs), np.int64))
+        for k, ((t, _), source) in enumerate(zip(tr.inputs, self._sources, strict=True)):
+            x = args[source] if isinstance(source, int) else source(self.module)
+            prog.set_data(t, to_numpy(x))
+            a = prog.bound(t)
+            spans[0][k] = a.ctypes.data
+            spans[1][k] = spans[0][k] + a.nbytes
+        prog.execute({k: v for k, v in env.items() if k in tr.graph.dims})
         return self._finish(Results(prog, spans, args, env), args)
 
     def _finish(self, results: Results, args: tuple) -> Any:
