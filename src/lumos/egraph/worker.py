@@ -76,8 +76,8 @@ class _Worker:
             self.proc.wait()
 
 
-# workers not in a call, the last used last (its e-graph has the rules loaded); calls at
-# once (build_spaces' dim buckets) each take one, a new one if none is idle
+# the worker not in a call (its e-graph has the rules loaded), if any; calls at once
+# (build_spaces' dim buckets) each take one, a new one if none is idle
 _idle: list[_Worker] = []
 _started: list[_Worker] = []  # all of this process's, for `stop`
 
@@ -88,9 +88,17 @@ def _take() -> _Worker:
             w = _idle.pop()
             if w.alive():
                 return w
+            _started.remove(w)
         w = _Worker()
         _started.append(w)
         return w
+
+
+def _discard(w: _Worker) -> None:
+    w.kill()
+    with _lock:
+        if w in _started:
+            _started.remove(w)
 
 
 def warm() -> None:
@@ -129,13 +137,17 @@ def call(fn: Callable[..., Any], args: tuple, time_limit: float) -> Any:
         ok, value, printed = recv(w.proc.stdout)
     except (EOFError, BrokenPipeError):
         code = w.proc.wait()
-        w.kill()
+        _discard(w)
         raise Lost(f"worker died (exit code {code})") from None
     except BaseException:  # the limit, or an interrupt: a late reply must not be read
-        w.kill()
+        _discard(w)
         raise
     with _lock:
-        _idle.append(w)
+        keep = not _idle  # one idle worker: each holds its e-graph's memory (SmolLM2: 0.6 GB)
+        if keep:
+            _idle.append(w)
+    if not keep:
+        _discard(w)
     sys.stderr.write(printed)
     if not ok:
         raise value
