@@ -116,9 +116,12 @@ class Program:
             if env[name] < lo or (hi is not None and env[name] > hi):
                 raise BindError(f"execute: dimension {name!r}={env[name]} is outside its "
                                 f"declared range [{lo}, {hi}]")
+        memo: dict[tuple, tuple] = {}  # (each distinct shape once: a decoder's KV caches)
         for i in self._symbolic:
             n = self.graph.nodes[i]
-            want = tuple(e.eval(env) for e in n.shape)
+            want = memo.get(n.shape)
+            if want is None:
+                want = memo[n.shape] = tuple(e.eval(env) for e in n.shape)
             if want != self._data[i].shape:
                 raise BindError(f"input {n.name!r}: expected shape {_fmt(n.shape)} = {want} "
                                 f"for dims {env}, got {self._data[i].shape}")

@@ -109,7 +109,9 @@ class CompiledProgram:
                                     np.int64),
                            [k for k, t in enumerate(temps) if not t.nbytes.is_num])
         sizes, symbolic = self._sizes[0].copy(), self._sizes[1]
-        sizes[symbolic] = [temps[k].nbytes.eval(env) for k in symbolic]
+        memo: dict[Any, int] = {}  # (each distinct size once, as for output_shapes)
+        sizes[symbolic] = [memo[e] if (e := temps[k].nbytes) in memo else
+                           memo.setdefault(e, e.eval(env)) for k in symbolic]
         up = tuple(1 << max(v - 1, 0).bit_length() for v in key)
         rounded = self._rounded.get(up)
         if rounded is None or np.any(sizes > rounded[2]):
@@ -131,8 +133,11 @@ class CompiledProgram:
     def output_shapes(self, env: Mapping[str, int]) -> list[tuple[int, ...]]:
         key = tuple(env[d] for d in self.layout.dims)
         hit = self._out_shapes.get(key)
-        if hit is None:
-            hit = self._out_shapes[key] = [self.shape(b, env) for b in self.layout.outputs]
+        if hit is None:  # (each distinct shape once: SmolLM2's 60 KV caches share one)
+            memo: dict[tuple, tuple[int, ...]] = {}
+            hit = self._out_shapes[key] = [
+                memo[b.shape] if b.shape in memo else memo.setdefault(b.shape, self.shape(b, env))
+                for b in self.layout.outputs]
         return hit
 
     def log_profile(self, env: Mapping[str, int]) -> None:
