@@ -71,6 +71,31 @@ def test_time_limit_kills_a_runaway_child(capsys):
     assert again.num_enodes > 0
 
 
+def test_a_lost_bucket_ends_the_other_at_once(monkeypatch, capsys):
+    """Two combinations side by side: when one is lost (its child died here at once), the
+    other's child, still saturating a runaway e-graph, is killed too instead of waited
+    for, and every space is the graph without rewrites."""
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    real, calls = worker.call, []
+
+    def first_lost(fn, args, limit):
+        calls.append(1)
+        if len(calls) == 1:
+            time.sleep(1)  # (the other child is saturating by now)
+            raise worker.Lost("died")
+        return real(fn, args, limit)
+
+    monkeypatch.setattr(worker, "call", first_lost)
+    rules = CORE + Rules((EXPLODE,), (Stage(saturate=("explode",)),))
+    t = time.perf_counter()
+    spaces = build_spaces(long_sum(16), [{"d0": (1, 1)}, {"d0": (2, 4)}], rules=rules,
+                          budget=Budget(max_enodes=10**9, time_limit=120))
+    assert time.perf_counter() - t < 30  # not the other's 120 s
+    assert "e-graph saturation died" in capsys.readouterr().err
+    assert len(spaces) == 2 and all(len(c) == 1 for sp in spaces for c in sp.classes)
+    assert not worker._started  # none left running
+
+
 def test_worker_returns_what_in_process_does():
     g = long_sum(3)
     assert build_spaces(g, budget=Budget(time_limit=30)) == build_spaces(g)

@@ -35,10 +35,16 @@ def build_spaces(graph: Graph, all_bounds: Sequence[Bounds] = ({},), rules: Rule
             return worker.call(saturate, (graph, all_bounds, rules, budget), limit)
         # a worker per combination, side by side (egglog runs on one core: SmolLM2's two
         # buckets took 2 x 21 s of saturation one after the other)
-        with ThreadPoolExecutor(min(len(all_bounds), os.cpu_count() or 1)) as pool:
+        pool = ThreadPoolExecutor(min(len(all_bounds), os.cpu_count() or 1))
+        try:
             parts = list(pool.map(lambda one: worker.call(saturate, (graph, [one], rules,
                                                                       budget), limit),
                                   all_bounds))
+        except BaseException:  # one lost, or an interrupt: the others' children end too,
+            worker.stop()      # so that their threads stop waiting on them
+            raise
+        finally:
+            pool.shutdown()
         return [space for part in parts for space in part]
     except worker.Lost as e:
         warn(f"e-graph saturation {e}; the search space is the graph without rewrites "
