@@ -101,6 +101,16 @@ def test_worker_returns_what_in_process_does():
     assert build_spaces(g, budget=Budget(time_limit=30)) == build_spaces(g)
 
 
+def test_a_worker_runs_egglog_on_one_thread_unless_told(monkeypatch):
+    monkeypatch.delenv("RAYON_NUM_THREADS", raising=False)
+    worker.stop()
+    assert worker.call(os.getenv, ("RAYON_NUM_THREADS",), 30) == "1"
+    monkeypatch.setenv("RAYON_NUM_THREADS", "3")
+    worker.stop()
+    assert worker.call(os.getenv, ("RAYON_NUM_THREADS",), 30) == "3"
+    worker.stop()
+
+
 def test_a_warmed_worker_is_the_one_a_build_uses():
     worker.stop()
     worker.warm()
