@@ -162,3 +162,21 @@ def test_a_compile_past_candidate_timeout_is_rejected(monkeypatch: pytest.Monkey
     assert isinstance(outcomes[0], Rejected) and "compile timed out" in outcomes[0].reason
     assert any(not isinstance(o, Rejected) for o in outcomes[1:])
     check(prog, x, y, out)
+
+
+def test_an_input_under_a_root_is_drawn_positive() -> None:
+    """A batch norm's running variance (under sqrt, after + eps) and a log's operand are
+    drawn positive, so that the oracle's outputs are numbers a wrong candidate can miss;
+    other inputs keep both signs."""
+    from lumos.runtime.cpu.tune import profiling_inputs
+    from lumos.runtime.reference import run_hlir
+    g = lumos.Graph()
+    x = g.tensor((4, 16), lumos.f32, "x")
+    var = g.tensor((16,), lumos.f32, "var")
+    s = g.tensor((16,), lumos.f32, "s")
+    ((x * (var + 1e-5).rsqrt()).relu() + (s + 0.5).log2()).output()
+    data = profiling_inputs(g, {}, 0)
+    assert (data["var"] > 0).all() and (data["s"] > 0).all()
+    assert (data["x"] < 0).any() and (data["x"] > 0).any()
+    (out,) = run_hlir(g, data, {})
+    assert np.isfinite(out).all() and (out != 0).any()

@@ -47,10 +47,15 @@ def profiling_inputs(graph: Graph, env: Mapping[str, int], seed: int) -> dict[st
     """Random data for every input, by name: floats normal with standard deviation
     1/sqrt(fan-in) (the product of all but the first axis: 1 for vectors), as weights are
     initialized, so that a deep model's activations stay O(1) and its rounding errors small
-    instead of growing layer by layer; ints in [-8, 8) ([0, 16) unsigned), bools fair coins."""
+    instead of growing layer by layer; ints in [-8, 8) ([0, 16) unsigned), bools fair coins.
+    A float input that reaches a square root or a logarithm through additions alone (a
+    batch norm's running variance, plus eps) is drawn positive (|x| + its scale): a
+    negative one made the torch CNN's oracle outputs all NaN, which any NaN candidate
+    matches."""
     rng = np.random.default_rng(seed)
+    positive = _under_a_root(graph)
     out = {}
-    for n in graph.nodes:
+    for i, n in enumerate(graph.nodes):
         if n.op != "Input":
             continue
         shape = tuple(int(e.eval(env)) for e in n.shape)
@@ -64,9 +69,32 @@ def profiling_inputs(graph: Graph, env: Mapping[str, int], seed: int) -> dict[st
             scale = 1 / math.sqrt(max(1, math.prod(shape[1:])))
             a = rng.standard_normal(shape, np.float32)  # (f32 draws: 44M of them in 0.1 s)
             a *= np.float32(scale)
+            if i in positive:
+                np.abs(a, out=a)
+                a += np.float32(scale)
             a = from_numpy_value(a, dt)
         out[n.name] = np.asarray(a, dtype=dt.np, order="C")  # keeps 0-d 0-d
     return out
+
+
+def _under_a_root(graph: Graph) -> set[int]:
+    """The float inputs (node indices) that reach a Sqrt or Log2 through Add and Cast."""
+    readers: dict[int, list[int]] = {}
+    for i, n in enumerate(graph.nodes):
+        for j in n.inputs:
+            readers.setdefault(j, []).append(i)
+    found = set()
+    for i, n in enumerate(graph.nodes):
+        todo, seen = ([i] if n.op == "Input" and n.dtype.is_float else []), {i}
+        while todo and i not in found:
+            for r in readers.get(todo.pop(), ()):
+                op = graph.nodes[r].op
+                if op in ("Sqrt", "Log2"):
+                    found.add(i)
+                elif op in ("Add", "Cast") and r not in seen:
+                    seen.add(r)
+                    todo.append(r)
+    return found
 
 
 def matches(got: np.ndarray, want: np.ndarray, dt: DType) -> bool:
