@@ -149,6 +149,8 @@ def evaluate(node: Node, args: list[np.ndarray], in_dtypes: list[DType], env: di
     if op in _UNARY:
         x = vals[0].astype(_compute_dtype(dt), copy=False)
         return from_numpy_value(_UNARY[op](x), dt)
+    if op == "Mul" and _is_one(args[1]) and args[0].shape == shape:  # x * 1 (a contiguous
+        return args[0]  # copy, Tensor.contiguous: the CNN's 29M-element windows, 0.13 s)
     if op in ("Add", "Mul", "Mod", "LessThan"):
         ct = _compute_dtype(in_dtypes[0])
         a, b = (v.astype(ct, copy=False) for v in vals)
@@ -255,6 +257,11 @@ def _sum_of_products(a: np.ndarray, b: np.ndarray, axis: int) -> np.ndarray | No
     r = np.matmul(arranged(xa, sa, (m, k)), arranged(xb, sb, (k, n)))
     order = "".join((*batch, m, n))
     return np.transpose(r, [order.index(c) for c in out])
+
+
+def _is_one(a: np.ndarray) -> bool:
+    """A broadcast read of one element equal to 1."""
+    return a.size > 0 and all(s == 0 for s in a.strides) and bool(a.flat[0] == 1)
 
 
 def _int_fmod(a: np.ndarray, b: np.ndarray) -> np.ndarray:
