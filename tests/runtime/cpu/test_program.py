@@ -219,6 +219,26 @@ def test_compile_cache_hit(monkeypatch: pytest.MonkeyPatch) -> None:
     assert build(g).library == first.library
 
 
+def test_a_run_with_a_budget_stops_between_kernels() -> None:
+    """A search's timing run of a candidate that has lost stops after the kernel that
+    passes its budget; a run without one (after it, too) computes everything."""
+    g = lumos.Graph()
+    x = g.tensor((64, 64), lumos.f32, "x")
+    outs = [(x * (k + 2)).exp().sum(1).output() for k in range(4)]  # a kernel each, at least
+    prog = build(g)
+    a = np.random.default_rng(0).standard_normal((64, 64)).astype(np.float32)
+    want = [np.exp(a.astype(np.float64) * (k + 2)).sum(1) for k in range(len(outs))]
+
+    def run(budget: float | None) -> list[np.ndarray]:
+        got = [np.full(64, np.nan, np.float32) for _ in outs]
+        prog.run([a], {}, got, budget=budget)
+        return got
+    assert sum(np.isnan(o).all() for o in run(1e-9)) >= len(outs) - 1  # one kernel ran
+    for budget in (None, 60.0, None):
+        for o, w in zip(run(budget), want, strict=True):
+            np.testing.assert_allclose(o, w, rtol=1e-4)
+
+
 def test_a_kernel_compiles_once_with_or_without_blas_beside_it(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Objects are cached per unit: a kernel unit is the same object in a program whose

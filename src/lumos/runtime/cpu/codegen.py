@@ -630,6 +630,15 @@ void lumos_set_threads(int n) {
   scipy_openblas_set_num_threads(1); /* the kernels split products themselves: lumos_sgemm */
 #endif
 }
+#include <time.h>
+static inline int64_t lumos_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+/* > 0: lumos_run returns between kernels once it has run this long (a search timing a
+   candidate that cannot win any more; its outputs are then unfinished) */
+int64_t lumos_budget_ns = 0;
 """
 BLAS = "#define LUMOS_BLAS 1\n#include <cblas.h>\n"  # OpenBLAS (see cc.py)
 # CompileOptions.flush_denormals: each thread of the pool saves its float control register
@@ -2018,14 +2027,8 @@ _IMOD = "".join(  # C's truncated %, with x % 0 == 0 (and x % -1 == 0 without IN
     for t in ("int8_t", "uint8_t", "int16_t", "int32_t", "int64_t"))
 
 
-_PROFILE = """#include <time.h>
-int64_t lumos_profile_ns[{n}];
-static inline int64_t lumos_now(void) {{
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
-}}
-"""
+_PROFILE = "int64_t lumos_profile_ns[{n}];\n"  # (lumos_now: the driver's)
+_LATE = "  if (lumos_budget_ns > 0 && lumos_now() - t0 > lumos_budget_ns) goto done;"
 
 
 def generate(g: Kernels, flush_denormals: bool = False) -> tuple[tuple[Unit, ...], Layout]:
@@ -2112,7 +2115,9 @@ def generate(g: Kernels, flush_denormals: bool = False) -> tuple[tuple[Unit, ...
         parts.append(_PROFILE.format(n=len(profiled)))
         calls = [f"  t = lumos_now();\n{c}\n  lumos_profile_ns[{k}] = lumos_now() - t;"
                  for k, c in enumerate(calls)]
-        calls.insert(0, "  int64_t t;")
+    calls = ["  const int64_t t0 = lumos_budget_ns > 0 ? lumos_now() : 0;",
+             *(["  int64_t t;"] if profiled else []),
+             *[line for c in calls for line in (c, _LATE)][:-1], "done:;"]
     if flush_denormals:
         parts.append(_FLUSH)
         calls = ["  lumos_flush_denormals(1);", *calls, "  lumos_flush_denormals(0);"]

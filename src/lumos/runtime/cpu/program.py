@@ -87,6 +87,7 @@ class CompiledProgram:
         if self._fn is None:
             lib = load(self.library)
             lib.lumos_set_threads(int(os.environ.get("LUMOS_NUM_THREADS") or 0))
+            self._budget = ctypes.c_int64.in_dll(lib, "lumos_budget_ns")
             self._fn = lib.lumos_run
             self._fn.argtypes = [ctypes.c_void_p] * 5
             self._fn.restype = None
@@ -153,10 +154,12 @@ class CompiledProgram:
 
     def run(self, inputs: Sequence[np.ndarray], env: Mapping[str, int],
             outputs: Sequence[np.ndarray], in_pointers: np.ndarray | None = None,
-            out_pointers: np.ndarray | None = None) -> None:
+            out_pointers: np.ndarray | None = None, budget: float | None = None) -> None:
         """Compute into `outputs` (C-contiguous, right shapes) from `inputs`, which must be
         C-contiguous arrays of the inputs' shapes and storage dtypes (unchecked); their
-        data pointers (int64 arrays) if the caller has them."""
+        data pointers (int64 arrays) if the caller has them. With `budget` (seconds) the
+        run stops after the kernel that exceeds it, its outputs unfinished (a search's
+        timing of a candidate that has already lost)."""
         offsets, total = self.plan(env)
         if self._arena.size < total + ALIGN:
             self._arena = np.empty(total + ALIGN, np.uint8)
@@ -166,8 +169,15 @@ class CompiledProgram:
                                                       np.int64)
                      for p, arrays in ((in_pointers, inputs), (out_pointers, outputs)))
         # (the arrays stay referenced until the call returns)
-        self._function()(arena, offsets.ctypes.data, ins.ctypes.data, outs.ctypes.data,
-                         dims.ctypes.data)
+        fn = self._function()
+        if budget is None:
+            fn(arena, offsets.ctypes.data, ins.ctypes.data, outs.ctypes.data, dims.ctypes.data)
+            return
+        self._budget.value = max(1, int(budget * 1e9))
+        try:
+            fn(arena, offsets.ctypes.data, ins.ctypes.data, outs.ctypes.data, dims.ctypes.data)
+        finally:
+            self._budget.value = 0
 
     def __call__(self, inputs: Sequence[np.ndarray], env: Mapping[str, int]) -> list[np.ndarray]:
         """Checked execution: the outputs, freshly allocated."""
