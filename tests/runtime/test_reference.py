@@ -270,3 +270,17 @@ def test_a_sum_of_products_is_the_matrix_product(shapes) -> None:
     got = _sum_of_products(a, b, axis)
     assert got.dtype == np.float32
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_a_copy_by_one_of_a_strided_read_is_read_again_right() -> None:
+    """x * 1 is x (Tensor.contiguous's copy), stored in row-major memory: a strided read
+    of a strided read kept as a view read the wrong elements (an attention gradient)."""
+    g = lumos.Graph()
+    x = g.tensor((12,), "f32", "x")
+    y = x[1::2] * 1.0
+    (y[::2] + 0.0).output()
+    (y * 1.0).output()
+    a = np.arange(12, dtype=np.float32)
+    got = run_hlir(g, {"x": a}, {})
+    np.testing.assert_array_equal(got[0], a[1::2][::2])
+    np.testing.assert_array_equal(got[1], a[1::2])

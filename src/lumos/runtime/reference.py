@@ -150,7 +150,8 @@ def evaluate(node: Node, args: list[np.ndarray], in_dtypes: list[DType], env: di
         x = vals[0].astype(_compute_dtype(dt), copy=False)
         return from_numpy_value(_UNARY[op](x), dt)
     if op == "Mul" and _is_one(args[1]) and args[0].shape == shape:  # x * 1 (a contiguous
-        return args[0]  # copy, Tensor.contiguous: the CNN's 29M-element windows, 0.13 s)
+        x = args[0]  # copy, Tensor.contiguous: the CNN's 29M-element windows, 0.13 s), kept
+        return x if x.flags.c_contiguous else x.copy()  # in row-major memory as `read` needs
     if op in ("Add", "Mul", "Mod", "LessThan"):
         ct = _compute_dtype(in_dtypes[0])
         a, b = (v.astype(ct, copy=False) for v in vals)
