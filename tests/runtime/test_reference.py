@@ -268,8 +268,8 @@ def test_a_sum_of_products_is_the_matrix_product(shapes) -> None:
                         out)  # (its memory in the other order)
     want = (a.astype(np.float64) * b).sum(axis)
     got = _sum_of_products(a, b, axis)
-    assert got.dtype == np.float32
-    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    assert got.dtype == np.float64
+    np.testing.assert_allclose(got, want, rtol=1e-12)
 
 
 def test_a_copy_by_one_of_a_strided_read_is_read_again_right() -> None:
