@@ -222,9 +222,9 @@ def _sum_of_products(a: np.ndarray, b: np.ndarray, axis: int) -> np.ndarray | No
     """sum(a * b, axis) without the product when it is a matrix product (each factor
     broadcast along an axis the other is not): the broadcast axes are dropped and np.matmul
     (or np.einsum) contracts the rest (BLAS), floats in f64 (then rounded: at least as
-    exact as a sum of rounded products; in f32 the oracle's own error in a 30-layer
-    SmolLM2's KV caches, 0.011 of 160, with a candidate's failed checks within 1e-4 of
-    the scale). None otherwise. The factors are cast as matmul reads them, not copied
+    exact as a sum of rounded products; in f32 the oracle's own rounding, 0.011 in
+    SmolLM2's KV caches of scale 160, failed its prefill's BLAS program, checked to 1e-4
+    of the scale). None otherwise. The factors are cast as matmul reads them, not copied
     first (the torch CNN's 29M-element windows: 0.18-0.42 -> 0.12-0.15 s)."""
     letters = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"[:a.ndim]
 
