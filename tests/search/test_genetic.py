@@ -56,6 +56,16 @@ def test_seeds_come_before_the_baseline():
 
 
 
+def test_a_search_uses_the_callers_genomes_of_its_space_only():
+    space, other = grid_space(6, 3), grid_space(5, 3)
+    made = Genomes(space)
+    assert GeneticSearch(space, genomes=made).genomes is made
+    assert GeneticSearch(other, genomes=made).genomes.space is other
+    a = drive(GeneticSearch(space, CompileOptions(limit=6), genomes=made), measured(space))
+    b = drive(GeneticSearch(space, CompileOptions(limit=6)), measured(space))
+    assert a == b  # the same search either way
+
+
 def test_a_generation_draws_no_more_genomes_than_the_limit_leaves(monkeypatch):
     """limit=2 of a generation of 10: the two seeds are drawn, not 8 genomes more (each a
     fraction of a second on a large space), and the candidates are the same."""

@@ -69,10 +69,13 @@ class GeneticSearch:
 
     def __init__(self, space: SearchSpace, options: CompileOptions | None = None,
                  clock: Callable[[], float] = time.monotonic,
-                 seeds: Sequence[Callable[[int, ENode], float]] = ()) -> None:
+                 seeds: Sequence[Callable[[int, ENode], float]] = (),
+                 genomes: Genomes | None = None) -> None:
         self.options = options or CompileOptions()
         self.seeds = tuple(seeds)  # costs for Genomes.preferring: generation 0's first picks
-        self.genomes = Genomes(space)
+        # (a caller's Genomes of this space, if it made one: ranking SmolLM2's takes 1 s)
+        self.genomes = genomes if genomes is not None and genomes.space is space \
+            else Genomes(space)
         self.rng = random.Random(self.options.seed)
         self.clock = clock
         self.counted = self.rejected = self.generation = self.restarts = 0

@@ -784,7 +784,8 @@ WINDOWS_MIN_COLUMNS = 784
 PACK_RELU_MIN_BYTES = 8 << 20
 
 
-def seeds(space: SearchSpace, env: Mapping[str, int]) -> tuple[Cost, Cost]:
+def seeds(space: SearchSpace, env: Mapping[str, int],
+          genomes: Genomes | None = None) -> tuple[Cost, Cost]:
     """Rules of thumb for the search's first genomes (Genomes.preferring). Inline an
     elementwise producer into a kernel reading it unless that kernel reads it through a
     broadcast (every element computed again per broadcast step) or the producer has other
@@ -803,8 +804,9 @@ def seeds(space: SearchSpace, env: Mapping[str, int]) -> tuple[Cost, Cost]:
     relu6 read only by a product (a depthwise convolution's, `PACK_RELU_MIN_BYTES`); a
     product (in row blocks or whole) whose B is small is lumos' own kernel's, not
     OpenBLAS' (`OWN_MAX_B_BYTES`, `OWN_MIN_COLUMNS`), and so is one whose B is stored
-    transposed and A short (`ROWS_MAX_M`). `env` gives the dims' sizes. The search times
-    the seeds like any other candidate."""
+    transposed and A short (`ROWS_MAX_M`). `env` gives the dims' sizes; `genomes`, the
+    space's Genomes if the caller made one. The search times the seeds like any other
+    candidate."""
     readers: dict[int, int] = {}  # producer class -> kernels reading its buffer (HLIR edges)
     for nodes in space.classes:
         for n in nodes:
@@ -867,7 +869,8 @@ def seeds(space: SearchSpace, env: Mapping[str, int]) -> tuple[Cost, Cost]:
         return 1 + sum(ops.get(space.classes[ch][0].children[0], 0) if inline(ch) else 0
                        for ch in n.children if space.classes[ch][0].op == "ELoad")
 
-    baseline = Genomes(space).baseline(random.Random(0))  # cpu_space: unfused first
+    baseline = (genomes if genomes is not None and genomes.space is space  # cpu_space:
+                else Genomes(space)).baseline(random.Random(0))  # the unfused program first
     short = {m.children[0] for r in space.classes for m in r if m.op == "EMaxReduce"}
     for c, n in extract(space, baseline):  # producers before their readers
         if n.op in ("KMap", "KOutput") or n.op == "KMaxReduce" and n.children[0] in short:

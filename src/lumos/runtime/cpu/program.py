@@ -241,7 +241,9 @@ class CpuRuntime:
                     genomes.append(Genomes(space).baseline(random.Random(0)))
                     programs.append(realize(genomes[-1]))
                     continue
-                search = GeneticSearch(space, opts, seeds=seeds(space, envs[k]))
+                made = Genomes(space)  # (one ranking for the seeds and the search)
+                search = GeneticSearch(space, opts, seeds=seeds(space, envs[k], made),
+                                       genomes=made)
                 programs.append(tune(graph, search, realize, envs[k], box,
                                      functools.partial(profiling, k)))
                 genomes.append(search.best()[0])  # the genome of the program tune returned
