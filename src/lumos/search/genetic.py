@@ -73,9 +73,10 @@ class GeneticSearch:
                  genomes: Genomes | None = None) -> None:
         self.options = options or CompileOptions()
         self.seeds = tuple(seeds)  # costs for Genomes.preferring: generation 0's first picks
+        if genomes is not None and genomes.space is not space:
+            raise ValueError("GeneticSearch: genomes were made for another space")
         # (a caller's Genomes of this space, if it made one: ranking SmolLM2's takes 1 s)
-        self.genomes = genomes if genomes is not None and genomes.space is space \
-            else Genomes(space)
+        self.genomes = genomes if genomes is not None else Genomes(space)
         self.rng = random.Random(self.options.seed)
         self.clock = clock
         self.counted = self.rejected = self.generation = self.restarts = 0

@@ -780,8 +780,6 @@ def _bounds_key(bounds: Bounds) -> tuple:
 
 
 _MEMOS: dict[tuple, tuple[dict, dict]] = {}  # bounds key -> (simplify memo, nrange memo)
-
-
 _AS_GIVEN: dict[tuple, tuple[dict, dict]] = {}  # bounds' items as given -> their memos
 
 
@@ -793,12 +791,12 @@ def _memos(bounds: Bounds) -> tuple[dict, dict]:
     m = _AS_GIVEN.get(given)
     if m is not None:
         return m
+    if len(_MEMOS) > 50_000 or len(_AS_GIVEN) > 50_000:
+        _MEMOS.clear()
+        _AS_GIVEN.clear()
     key = _bounds_key(bounds)
     m = _MEMOS.get(key)
     if m is None:
-        if len(_MEMOS) > 50_000:
-            _MEMOS.clear()
-            _AS_GIVEN.clear()
         m = _MEMOS[key] = ({}, {})
     _AS_GIVEN[given] = m
     return m

@@ -869,8 +869,8 @@ def seeds(space: SearchSpace, env: Mapping[str, int],
         return 1 + sum(ops.get(space.classes[ch][0].children[0], 0) if inline(ch) else 0
                        for ch in n.children if space.classes[ch][0].op == "ELoad")
 
-    baseline = (genomes if genomes is not None and genomes.space is space  # cpu_space:
-                else Genomes(space)).baseline(random.Random(0))  # the unfused program first
+    made = genomes if genomes is not None else Genomes(space)
+    baseline = made.baseline(random.Random(0))  # cpu_space: the unfused program first
     short = {m.children[0] for r in space.classes for m in r if m.op == "EMaxReduce"}
     for c, n in extract(space, baseline):  # producers before their readers
         if n.op in ("KMap", "KOutput") or n.op == "KMaxReduce" and n.children[0] in short:
