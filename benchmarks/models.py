@@ -8,7 +8,10 @@
               static KV cache, logits of the last token only).
     minilm    all-MiniLM-L6-v2, a batch of 32 x 128 tokens: sentences/s. Peers: torch eager
               (transformers' BertModel + the same pooling), inductor, onnxruntime (when
-              installed; the eager model exported to ONNX).
+              installed; the eager model exported to ONNX). Again at PyTorch's "high"
+              float32 matmul precision, lumos (CompileOptions.matmul_precision: bf16x3
+              products on AMX where the CPU has them) against inductor compiled and run
+              under torch.set_float32_matmul_precision("high") ("... high").
     mobilenet MobileNetV2, a batch of 8 x 224x224: images/s. Peers: torch eager, inductor.
               lumos with CompileOptions.flush_denormals (subnormals as zero: 2 of 32
               running means of the first block's batch norm are subnormal, and each
@@ -74,14 +77,16 @@ def runtime(name: str) -> Any:
     return CpuRuntime() if name == "cpu" else ReferenceRuntime()
 
 
-def options(search: int, buckets: dict[str, list[tuple[int, int, int]]]) -> Any:
+def options(search: int, buckets: dict[str, list[tuple[int, int, int]]],
+            matmul_precision: str = "highest") -> Any:
     """The search's options (timing at the benchmarked sizes), or None for no search."""
-    return CompileOptions(limit=search, dim_buckets=buckets) if search else None
+    return CompileOptions(limit=search, dim_buckets=buckets,
+                          matmul_precision=matmul_precision) if search else None
 
 
 def peer(systems: dict, name: str, wanted: set[str], fn: Callable[[], dict]) -> None:
     """Run one peer's measurement into `systems[name]`: its numbers, or why it has none."""
-    if name.split(" ")[-1] not in wanted:
+    if not wanted & set(name.split(" ")):
         systems[name] = {"skipped": "not in --peers"}
         return
     try:
@@ -96,7 +101,7 @@ def prepare(systems: dict, calls: dict, name: str, wanted: set[str],
             make: Callable[[], tuple[Callable[[], Any], dict]]) -> None:
     """Set up one peer for `rates`: `make` gives its timed call and what else it reports
     (its first call made); a peer not wanted, not installed or failing records why."""
-    if name.split(" ")[-1] not in wanted:
+    if not wanted & set(name.split(" ")):
         systems[name] = {"skipped": "not in --peers"}
         return
     try:
@@ -267,17 +272,19 @@ def minilm(args: argparse.Namespace, read_bps: float) -> dict:
     from lumos.models.packages import package_dir
 
     folder = package_dir(bert.PACKAGE) / "model"
-    t0 = time.perf_counter()
-    enc = bert.SentenceEncoder(folder, runtime(args.runtime), MINILM_BATCH, options(
-        args.search, {"batch": [(1, MINILM_BATCH, MINILM_BATCH)],
-                      "seq": [(1, 512, MINILM_SEQ)]}))
-    compile_s = time.perf_counter() - t0
     ids = np.random.default_rng(0).integers(1000, 30000, (MINILM_BATCH, MINILM_SEQ))
     mask = np.ones_like(ids)
-    got = enc.embed(ids, mask).copy()
-    r: dict = {"what": f"batch {MINILM_BATCH} x {MINILM_SEQ} tokens",
-               "systems": {"lumos": {"compile_s": compile_s}}}
-    calls: dict[str, Callable[[], Any]] = {"lumos": lambda: enc.embed(ids, mask)}
+    r: dict = {"what": f"batch {MINILM_BATCH} x {MINILM_SEQ} tokens", "systems": {}}
+    calls: dict[str, Callable[[], Any]] = {}
+    got = {}
+    for name, precision in (("lumos", "highest"), ("lumos high", "high")):
+        t0 = time.perf_counter()
+        enc = bert.SentenceEncoder(folder, runtime(args.runtime), MINILM_BATCH, options(
+            args.search, {"batch": [(1, MINILM_BATCH, MINILM_BATCH)],
+                          "seq": [(1, 512, MINILM_SEQ)]}, precision))
+        r["systems"][name] = {"compile_s": time.perf_counter() - t0}
+        got[name] = enc.embed(ids, mask).copy()
+        calls[name] = functools.partial(enc.embed, ids, mask)
 
     class Embed(torch.nn.Module):
         """BertModel, then sentence-transformers' mean pooling and normalization."""
@@ -295,14 +302,37 @@ def minilm(args: argparse.Namespace, read_bps: float) -> dict:
     model, tid, tmask = Embed(), torch.from_numpy(ids), torch.from_numpy(mask)
     with torch.no_grad():
         want = model(tid, tmask).numpy()
-    err = float(np.abs(got - want).max())
+    err = float(np.abs(got["lumos"] - want).max())
     r["check"] = {"vs": "transformers BertModel + pooling", "max_abs_err": err,
                   "tolerance": 1e-4, "ok": err < 1e-4}
+    err = float(np.abs(got["lumos high"] - want).max())
+    r["check_high"] = {"max_abs_err": err, "tolerance": 1e-4, "ok": err < 1e-4}
 
     def compiled() -> tuple[Callable[[], Any], dict]:
         with torch.no_grad():
             fn, first_s = inductor(model, tid, tmask)
         return no_grad(lambda: fn(tid, tmask)), {"first_call_s": first_s}
+
+    def compiled_high() -> tuple[Callable[[], Any], dict]:
+        """Inductor compiled and run under PyTorch's "high" float32 matmul precision (a
+        model of its own: Dynamo's guards do not cover the setting)."""
+        other = Embed()
+
+        def call() -> Any:
+            saved = torch.get_float32_matmul_precision()
+            torch.set_float32_matmul_precision("high")
+            try:
+                with torch.no_grad():
+                    return fn(tid, tmask)
+            finally:
+                torch.set_float32_matmul_precision(saved)
+        torch.set_float32_matmul_precision("high")
+        try:
+            with torch.no_grad():
+                fn, first_s = inductor(other, tid, tmask)
+        finally:
+            torch.set_float32_matmul_precision("highest")
+        return call, {"first_call_s": first_s}
 
     def ort() -> tuple[Callable[[], Any], dict]:
         import onnxruntime
@@ -325,6 +355,7 @@ def minilm(args: argparse.Namespace, read_bps: float) -> dict:
     prepare(systems, calls, "torch eager", wanted,
             lambda: (no_grad(lambda: model(tid, tmask)), {}))
     prepare(systems, calls, "torch inductor", wanted, compiled)
+    prepare(systems, calls, "torch inductor high", wanted, compiled_high)
     rates(systems, calls, "sentences_s", MINILM_BATCH, args.rounds)
     # onnxruntime on its own, last: in turns, its threads (spinning after each run) made
     # PyTorch's next calls slower (eager 62 -> 39 sentences/s, inductor 63 -> 43)
@@ -383,15 +414,15 @@ def mobilenet(args: argparse.Namespace, read_bps: float) -> dict:
 MODELS = {"smollm2": smollm2, "minilm": minilm, "mobilenet": mobilenet}
 
 
-def ratios(r: dict) -> dict:
-    """Per measure, lumos' throughput over each peer's (latencies inverted)."""
-    lumos, out = r["systems"]["lumos"], {}
+def ratios(r: dict, mine: str = "lumos") -> dict:
+    """Per measure, system `mine`'s throughput over each peer's (latencies inverted)."""
+    lumos, out = r["systems"][mine], {}
     for measure, (_, higher) in MEASURES.items():
         if measure not in lumos:
             continue
         out[measure] = {}
         for name, s in r["systems"].items():
-            if name != "lumos" and measure in s:
+            if name != mine and measure in s:
                 a, b = lumos[measure], s[measure]
                 out[measure][name] = a / b if higher else b / a
     return out
@@ -418,12 +449,15 @@ def report(results: dict) -> None:
         print(f"  lumos check vs {check['vs']}: {err:.2e} "
               f"({'ok' if check['ok'] else 'FAILED'}, tolerance {check['tolerance']:g}); "
               f"lumos compile {r['systems']['lumos']['compile_s']:.1f} s")
-        for measure, per_peer in r["ratios"].items():
-            print(f"  {measure}")
-            print("    " + show("lumos", r["systems"]["lumos"][measure], measure))
-            for peer_name, ratio in per_peer.items():
-                print("    " + show(peer_name, r["systems"][peer_name][measure], measure) +
-                      f"   lumos {ratio:.2f}x")
+        for key, mine in (("ratios", "lumos"), ("ratios_high", "lumos high")):
+            for measure, per_peer in r.get(key, {}).items():
+                print(f"  {measure}" + (" (lumos at matmul_precision high: bf16x3 products; "
+                                        f"check {r['check_high']['max_abs_err']:.2e})"
+                                        if mine != "lumos" else ""))
+                print("    " + show(mine, r["systems"][mine][measure], measure))
+                for peer_name, ratio in per_peer.items():
+                    print("    " + show(peer_name, r["systems"][peer_name][measure], measure) +
+                          f"   {mine} {ratio:.2f}x")
         for peer_name, s in r["systems"].items():
             for why in ("skipped", "error"):
                 if why in s:
@@ -468,6 +502,9 @@ def main() -> None:
         try:
             r = MODELS[name](args, read_bps)
             r["ratios"] = ratios(r)
+            if "lumos high" in r["systems"]:
+                r["ratios_high"] = {m: {p: x for p, x in v.items() if p != "lumos"}
+                                    for m, v in ratios(r, "lumos high").items()}
         except Exception as e:  # record, and go on with the next model
             r = {"error": error_text(e)}
         r["wall_s"] = time.perf_counter() - t0

@@ -87,6 +87,9 @@ def test_bad_input(smollm2, capsys, tmp_path, monkeypatch):
     assert "--flush-denormals applies to a searched program" in error_of(
         capsys, ["run", "smollm2", "hi", "--runtime", "cpu", "--search", "0",
                  "--flush-denormals"])
+    assert "--matmul-precision applies to a searched program" in error_of(
+        capsys, ["run", "smollm2", "hi", "--runtime", "cpu", "--search", "0",
+                 "--matmul-precision", "high"])
     assert "unknown model 'bert' for embed (known: minilm)" in error_of(
         capsys, ["embed", "bert", "a"])
     monkeypatch.setitem(cli.DISPATCH, "embed", {"gone": "no_such_model"})

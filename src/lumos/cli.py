@@ -52,20 +52,25 @@ SEEDED_SEARCH = 2  # the CPU runtime's two seed programs (fused; fused + BLAS)
 
 
 def compile_options(args: argparse.Namespace) -> Any:
-    """The CompileOptions of `--search N` and `--flush-denormals` (None: the runtime's
+    """The CompileOptions of `--search N`, `--flush-denormals` and `--matmul-precision`
+    (None: the runtime's
     default: on the CPU runtime a search timing its seed programs, whose result the
     artifact cache keeps; 0: no search)."""
     from lumos.search import CompileOptions
 
     cpu = args.runtime == "cpu"
     n = (SEEDED_SEARCH if cpu else 0) if args.search is None else args.search
-    if args.flush_denormals and cpu and not n:
-        raise LumosError("--flush-denormals applies to a searched program: give --search 1 "
-                         "or more")
-    return CompileOptions(limit=n, flush_denormals=args.flush_denormals) if n else None
+    for flag, given in (("--flush-denormals", args.flush_denormals),
+                        ("--matmul-precision", args.matmul_precision != "highest")):
+        if given and cpu and not n:
+            raise LumosError(f"{flag} applies to a searched program: give --search 1 or more")
+    return CompileOptions(limit=n, flush_denormals=args.flush_denormals,
+                          matmul_precision=args.matmul_precision) if n else None
 
 
 def add_compile_options(p: argparse.ArgumentParser) -> None:
+    from lumos.search.options import MATMUL_PRECISIONS
+
     p.add_argument("--search", type=int, default=None, metavar="N",
                    help="time N candidate programs per compiled shape bucket; 0: the runtime's "
                         f"unsearched baseline (default: {SEEDED_SEARCH} on the cpu runtime: its "
@@ -74,6 +79,10 @@ def add_compile_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--flush-denormals", action="store_true",
                    help="cpu runtime: subnormal floats computed as zero (faster where a model's "
                         "weights hold some; results within 1.2e-38 of the exact ones)")
+    p.add_argument("--matmul-precision", choices=MATMUL_PRECISIONS, default="highest",
+                   help="cpu runtime: 'high' lets float32 matrix products run as bf16x3 on "
+                        "AMX tiles where the CPU has them (as PyTorch's setting of that name; "
+                        "relative errors ~4e-6 instead of ~4e-7); default: highest")
 
 
 def median_seconds(fn: Callable[[], object], rounds: int) -> float:

@@ -10,6 +10,7 @@ def test_defaults_follow_the_design():
     assert (o.limit, o.generation_size, o.mutations, o.trials, o.keep_best, o.seed) == \
         (100, 10, 10, 3, 1, 0)
     assert o.dim_buckets == {} and o.search_time_limit is None
+    assert o.matmul_precision == "highest" and not o.flush_denormals
 
 
 @pytest.mark.parametrize("change, message", [
@@ -24,6 +25,7 @@ def test_defaults_follow_the_design():
     ({"search_time_limit": -1.0}, "search_time_limit"),
     ({"early_stop_factor": 0.5}, "early_stop_factor must be a number >= 1"),
     ({"max_enodes": 0}, "max_enodes"),
+    ({"matmul_precision": "medium"}, "matmul_precision must be one of 'highest', 'high'"),
     ({"dim_buckets": [(1, 2, 1)]}, "must map dim names"),
     ({"dim_buckets": {"s": []}}, r"dim_buckets\['s'\] must be a non-empty list"),
     ({"dim_buckets": {"s": [(1, 8)]}}, "a bucket is"),

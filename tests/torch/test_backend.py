@@ -514,8 +514,24 @@ def test_the_cache_key_follows_every_option_that_matters() -> None:
     assert key(limit=lt.LIMIT) == base  # the same resolved options
     assert key(seed=1, trials=2) == key(trials=2, seed=1)
     others = [key(runtime="cpu"), key(strict=True), key(limit=5), key(buckets=[(1, 8, 4)]),
-              key(seed=1)]
+              key(seed=1), key(matmul_precision="high")]
     assert len({base, *others}) == 1 + len(others)
+
+
+@pytest.mark.parametrize("torch_precision, ours", [("highest", "highest"), ("high", "high"),
+                                                   ("medium", "high")])
+def test_matmul_precision_follows_pytorch_unless_given(torch_precision: str, ours: str) -> None:
+    """PyTorch's float32 matmul precision at compile time decides whether lumos may run
+    float32 products as bf16x3 ("high"); lumos has no single-bfloat16 product, so "medium"
+    gets "high". An option given wins."""
+    saved = torch.get_float32_matmul_precision()
+    try:
+        torch.set_float32_matmul_precision(torch_precision)
+        assert lt.Options.parse(None).compile_options({}).matmul_precision == ours
+        given = lt.Options.parse({"matmul_precision": "highest"})
+        assert given.compile_options({}).matmul_precision == "highest"
+    finally:
+        torch.set_float32_matmul_precision(saved)
 
 
 def test_same_structure_hits_the_cache() -> None:

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 Bucket = tuple[int, int | None, int]  # (min, max or None for unbounded, representative)
+MATMUL_PRECISIONS = ("highest", "high")
 
 
 @dataclass(frozen=True)
@@ -43,6 +44,14 @@ class CompileOptions:
     default: every other result is bit for bit the reference's arithmetic. The reference
     runtime ignores it.
 
+    `matmul_precision`: PyTorch's names for how float32 matrix products may round.
+    "highest" (the default): in float, as the reference runtime. "high": the CPU runtime
+    may also compute a product (the search times both) as each factor split into two
+    bfloat16s, x = hi + lo, summing Ahi Bhi + Alo Bhi + Ahi Blo in float on AMX tiles
+    where the CPU has them (`torch.set_float32_matmul_precision("high")` allows the same
+    "bf16x3" product): relative errors ~4e-6 of a product's magnitude instead of ~4e-7,
+    still within the search's float32 check. The reference runtime ignores it.
+
     `cache`: a runtime that saves artifacts (CpuRuntime) loads the compiled program from
     `$LUMOS_CACHE/artifacts/` (default ~/.cache/lumos) when one was saved for the same
     graph, runtime signature, rules, lumos sources and these options (all but `cache`),
@@ -69,6 +78,7 @@ class CompileOptions:
     # 25 s each); at 60 s that was killed, and its program compiled without rewrites
     saturation_time_limit: float | None = 120.0
     flush_denormals: bool = False
+    matmul_precision: str = "highest"
     cache: bool = True
 
     def __post_init__(self) -> None:
@@ -90,6 +100,10 @@ class CompileOptions:
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"CompileOptions.{name} must be True or False, "
                                  f"got {getattr(self, name)!r}")
+        if self.matmul_precision not in MATMUL_PRECISIONS:
+            raise ValueError(f"CompileOptions.matmul_precision must be one of "
+                             f"{', '.join(map(repr, MATMUL_PRECISIONS))}, "
+                             f"got {self.matmul_precision!r}")
         object.__setattr__(self, "dim_buckets", _check_buckets(self.dim_buckets))
 
 

@@ -19,7 +19,9 @@ call. Options (`torch.compile(m, backend="lumos", options={...})`):
   power-of-two range around it, between the others), logged once, and stays in lumos;
 - any `lumos.search.options.CompileOptions` field but `dim_buckets`; `limit` defaults to
   `LIMIT` (2): the CPU runtime's seed programs (fused, fused with BLAS), timed, the
-  fastest kept (a third candidate is the unfused program).
+  fastest kept (a third candidate is the unfused program); `matmul_precision` defaults
+  to PyTorch's `torch.get_float32_matmul_precision()` at compile time ("highest", or
+  "high" for "high" and "medium": lumos never rounds a factor to one bfloat16).
 
 Fallback: ops lumos cannot translate run in PyTorch (each logged once) and the
 regions between them in lumos; a graph that needs gradients runs eagerly with a
@@ -76,6 +78,8 @@ class Options:
         if runtime not in _RUNTIMES:
             raise LumosError(f"runtime must be one of {_RUNTIMES}, got {runtime!r}")
         buckets = opts.pop("buckets", None)
+        opts.setdefault("matmul_precision", "highest" if torch.get_float32_matmul_precision()
+                        == "highest" else "high")
         o = Options(runtime, bool(opts.pop("strict", False)), bool(opts.pop("cache", True)),
                     None if buckets is None else tuple(tuple(b) for b in buckets), opts)
         o.compile_options({"s": o.buckets} if o.buckets else {})  # checks them now

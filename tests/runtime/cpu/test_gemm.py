@@ -15,7 +15,7 @@ from lumos.egraph import build_spaces
 from lumos.graph import live_nodes
 from lumos.models.mobilenet import relu6
 from lumos.nn.conv import conv2d
-from lumos.runtime.cpu import CpuRuntime, build
+from lumos.runtime.cpu import CpuRuntime, build, cc
 from lumos.runtime.cpu import kernels as cpu_kernels
 from lumos.runtime.cpu import program as program_module
 from lumos.runtime.cpu.cc import UnsupportedProgram
@@ -113,25 +113,31 @@ def heads_out(p: lumos.Tensor, v: lumos.Tensor) -> lumos.Tensor:
     return (p.permute(0, 2, 1, 3).unsqueeze(3) * v.permute(0, 2, 3, 1).unsqueeze(1)).sum(-1)
 
 
-def space_and_graph(make) -> tuple[lumos.Graph, lumos.egraph.SearchSpace]:
+def space_and_graph(make, amx: bool = False) -> tuple[lumos.Graph, lumos.egraph.SearchSpace]:
     g = lumos.Graph()
     g.dim("b", 1, 8)
     g.dim("s", 1, 64)
     make(g).output()
     (space,) = build_spaces(g, [{}], RULES)
-    return g, cpu_space(space)
+    return g, cpu_space(space, amx=amx)
 
 
-@pytest.mark.parametrize("own", [False, True])
+needs_amx = pytest.mark.skipif(not cc.amx(), reason="no AMX tiles on this CPU or compiler")
+KINDS = {"KGemm": "", "KGemmOwn": "_own", "KGemmAmx": "_amx"}  # e-node: its lumos_sgemm
+
+
+@pytest.mark.parametrize("kind", [pytest.param(k, marks=needs_amx) if k == "KGemmAmx" else k
+                                  for k in KINDS])
 @pytest.mark.parametrize("name", CASES)
-def test_gemm_genome_matches_the_oracle(name: str, own: bool) -> None:
-    """Each layout's product by OpenBLAS or by lumos_gemm_own (KGemmOwn): transposed
-    factors, batches, k = 1, columns fewer than a vector (7), more than a panel of 64
-    (300), rows not a multiple of a block's, split over the threads by rows or columns."""
+def test_gemm_genome_matches_the_oracle(name: str, kind: str) -> None:
+    """Each layout's product by OpenBLAS, by lumos_gemm_own (KGemmOwn) or as bf16x3 on AMX
+    tiles (KGemmAmx): transposed factors, batches, k = 1, columns fewer than a vector (7),
+    more than a panel of 64 (300), rows not a multiple of a block's, split over the threads
+    by rows or columns."""
     make, expected = CASES[name]
-    g, space = space_and_graph(make)
+    g, space = space_and_graph(make, amx=True)
     gemms = {c: i for c, alts in enumerate(space.classes) for i, n in enumerate(alts)
-             if n.op == ("KGemmOwn" if own else "KGemm")}
+             if n.op == kind}
     assert bool(gemms) == expected
     if not gemms:
         return
@@ -139,8 +145,42 @@ def test_gemm_genome_matches_the_oracle(name: str, own: bool) -> None:
     kernels = from_genome(space, genome, g.dims)
     (layout,) = [gemm(n.views, n.axis, g.dims) for n in kernels.nodes if n.op == "Gemm"]
     assert layout is not None and len(layout.batch) == BATCH_LEFT.get(name, 0)
-    calls = re.findall(r"lumos_sgemm(_own)?\(\d, \d, ", checked_source(g, kernels))
-    assert calls and all(bool(c) == own for c in calls)
+    calls = re.findall(r"lumos_sgemm(_own|_amx)?\(\d, \d, ", checked_source(g, kernels))
+    assert calls and all(c == KINDS[kind] for c in calls)
+
+
+def test_a_space_offers_bf16x3_products_only_when_told() -> None:
+    """KGemmAmx (PyTorch's "high" float32 matmul precision) is in the CPU space only where
+    CompileOptions.matmul_precision allows it (cpu_space's `amx`)."""
+    for amx in (False, True):
+        _, space = space_and_graph(CASES["matmul"][0], amx=amx)
+        ops = {n.op for alts in space.classes for n in alts}
+        assert ("KGemmAmx" in ops, "KGemm" in ops) == (amx, True)
+
+
+@needs_amx
+@pytest.mark.parametrize("ta,tb", [(False, False), (False, True), (True, False)])
+def test_a_bf16x3_product_is_as_close_as_its_three_terms_make_it(ta: bool, tb: bool) -> None:
+    """lumos_gemm_amx against float64: a relative error well under bfloat16's (~3e-3) and
+    float's check (1e-4), but over float's own (~4e-7): the product did run in bf16x3 on
+    the tiles, not as OpenBLAS' float product (its fallback without AMX). Sizes not
+    multiples of its 32 x 32 blocks of C nor of its 32 k; split over the threads."""
+    g = lumos.Graph()
+    a = g.tensor((383, 301) if ta else (301, 383), lumos.f32, "a")
+    b = g.tensor((250, 383) if tb else (383, 250), lumos.f32, "b")
+    ((a.T if ta else a) @ (b.T if tb else b)).output()
+    (space,) = build_spaces(g, [{}], RULES)
+    space = cpu_space(space, amx=True)
+    gemms = {c: i for c, alts in enumerate(space.classes) for i, n in enumerate(alts)
+             if n.op == "KGemmAmx"}
+    program = build(from_genome(space, Genomes(space).repair(gemms, random.Random(0)), g.dims))
+    assert "lumos_sgemm_amx(" in program.source.read_text()
+    rng = np.random.default_rng(0)
+    x, y = (rng.standard_normal(v.shape).astype(np.float32) for v in (a, b))
+    (got,) = program([{"a": x, "b": y}[n] for n in program.layout.input_names], {})
+    want = (x.T if ta else x).astype(np.float64) @ (y.T if tb else y).astype(np.float64)
+    err = np.linalg.norm(got - want) / np.linalg.norm(want)
+    assert 1e-6 < err < 2e-5, err
 
 
 def checked_source(g: lumos.Graph, kernels) -> str:
@@ -199,6 +239,54 @@ def test_the_blas_seed_multiplies_few_rows_by_a_stored_weight_itself() -> None:
         genome = Genomes(space).preferring(seeds(space, env)[0], random.Random(0))
         chosen = [space.classes[c][i].op for c, i in genome.items()]
         assert ("KGemmOwn" in chosen, "KGemm" in chosen) == (own, not own), (rows, transposed)
+
+
+def test_the_blas_seed_runs_large_products_as_bf16x3_where_the_space_allows() -> None:
+    """Where the space offers KGemmAmx (matmul_precision "high", AMX), the BLAS seed takes
+    it for a product of at least kernels.AMX_MIN_MACS multiply-adds a call, not for a
+    smaller one nor for one lumos' own kernel takes (few rows by a stored weight)."""
+    for rows, n, linear, amx in ((256, 384, False, True), (4, 64, False, False),
+                                 (16, 384, True, False)):
+        g = lumos.Graph()
+        x = g.tensor((rows, 256), lumos.f32, "x")
+        if linear:  # (lumos_gemm_rows reads the weight where it lies)
+            lumos.linear(x, g.tensor((n, 256), lumos.f32, "w")).output()
+        else:
+            (x @ g.tensor((256, n), lumos.f32, "w")).output()
+        (space,) = build_spaces(g, [{}], RULES)
+        for offered in (False, True):
+            s = cpu_space(space, amx=offered)
+            genome = Genomes(s).preferring(seeds(s, {})[0], random.Random(0))
+            chosen = {s.classes[c][i].op for c, i in genome.items()}
+            assert ("KGemmAmx" in chosen) == (amx and offered), (rows, n, offered)
+
+
+@needs_amx
+def test_a_search_in_high_precision_times_a_bf16x3_program() -> None:
+    """CompileOptions(matmul_precision="high") on a CPU with AMX: the search's BLAS seed
+    runs the product on AMX tiles, and the compiled program, whichever candidate won,
+    computes within float's check of the product."""
+    seen: list[str] = []
+    g = lumos.Graph()
+    a, b = g.tensor((256, 320), lumos.f32, "a"), g.tensor((320, 384), lumos.f32, "b")
+    c = (a @ b).output()
+    real = program_module.generate
+
+    def generate(*args, **kwargs):
+        units, layout = real(*args, **kwargs)
+        seen.append("\n".join(u if isinstance(u, str) else u[1] for u in units[1:]))
+        return units, layout
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(program_module, "generate", generate)
+        prog = g.compile(CpuRuntime(), CompileOptions(limit=2, trials=1, cache=False,
+                                                      matmul_precision="high"))
+    assert any("lumos_sgemm_amx(" in src for src in seen)
+    rng = np.random.default_rng(0)
+    x, y = rng.standard_normal((256, 320), np.float32), rng.standard_normal((320, 384), np.float32)
+    prog.set_data(a, x)
+    prog.set_data(b, y)
+    prog.execute()
+    np.testing.assert_allclose(prog.get(c), x.astype(np.float64) @ y, rtol=1e-4, atol=1e-3)
 
 
 # -- a product run by the kernel reading it (lower_cpu.egg's EGemm, kernels.Tile) -----------

@@ -106,6 +106,26 @@ def cpu_id() -> str:
     return platform.machine() + "\n" + "\n".join(dict.fromkeys(lines))
 
 
+@cache
+def amx() -> bool:
+    """Whether products can run on AMX tiles here (codegen's lumos_gemm_amx): x86-64 Linux
+    granting this process the tiles' state (ARCH_REQ_XCOMP_PERM; each compiled program's
+    unit asks again for the process that loads it) and a compiler that targets AMX and
+    AVX512-BF16 under FLAGS."""
+    if platform.machine() != "x86_64" or platform.system() != "Linux":
+        return False
+    try:
+        if ctypes.CDLL(None).syscall(158, 0x1023, 18) != 0:  # SYS_arch_prctl, XTILEDATA
+            return False
+        out = subprocess.run([*shlex.split(os.environ.get("CC") or "cc"), *FLAGS, "-dM",
+                              "-E", "-x", "c", os.devnull], capture_output=True, text=True,
+                             timeout=60).stdout
+    except (OSError, AttributeError, subprocess.SubprocessError):
+        return False
+    return all(f"#define {m} 1" in out for m in ("__AMX_TILE__", "__AMX_BF16__",
+                                                 "__AVX512BF16__"))
+
+
 def compile_source(source: str) -> Path:
     """The path of the shared library built from one C translation unit."""
     return compile_units((source,))

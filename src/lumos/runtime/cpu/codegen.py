@@ -191,6 +191,9 @@ static inline int lumos_threads(void) { return lumos_nt > 0 ? lumos_nt : omp_get
 /* lumos' own single-threaded product (OWN_GEMM: a unit of its own, compiled once) */
 void lumos_gemm_own(int ta, int tb, int64_t m, int64_t n, int64_t k, const float *a,
                     int64_t lda, const float *b, int64_t ldb, float *c, int64_t ldc);
+/* ... and its bf16x3 product on AMX tiles (AMX_GEMM: a unit of its own, compiled once) */
+void lumos_gemm_amx(int ta, int tb, int64_t m, int64_t n, int64_t k, const float *a,
+                    int64_t lda, const float *b, int64_t ldb, float *c, int64_t ldc);
 static inline void lumos_cblas(int ta, int tb, int64_t m, int64_t n, int64_t k, const float *a,
                                int64_t lda, const float *b, int64_t ldb, float *c,
                                int64_t ldc) {
@@ -225,6 +228,7 @@ static inline void NAME(int ta, int tb, int64_t m, int64_t n, int64_t k, const f
 }
 LUMOS_SPLIT_GEMM(lumos_sgemm, lumos_cblas)
 LUMOS_SPLIT_GEMM(lumos_sgemm_own, lumos_gemm_own)
+LUMOS_SPLIT_GEMM(lumos_sgemm_amx, lumos_gemm_amx)
 #include <stdlib.h>
 /* a thread's scratch for the row blocks of products run by the kernels reading them
    (kernels.Tile), one per product of a kernel: grown as needed, kept for the next call */
@@ -623,6 +627,186 @@ def _transpose16() -> str:
 OWN_GEMM = OWN_GEMM.replace("@TRANSPOSE16@", _transpose16()).replace("@ROWS_MAX_M@",
                                                                        str(ROWS_MAX_M))
 
+AMX_GEMM = r"""/* C = A B (row-major, as cblas_sgemm with alpha 1 and beta 0), single-threaded, in
+   PyTorch's "high" float32 matmul precision (kernels.Kernels.amx): each factor split into
+   two bfloat16s, x = hi + lo (each rounded to nearest: |x - hi - lo| <= 2^-17 |x|), and
+   A B = Ahi Bhi + Alo Bhi + Ahi Blo (the Alo Blo term, ~2^-16 of it, dropped) summed in
+   float on AMX tiles: a relative error of ~4e-6 of the products' magnitude, against
+   float's ~4e-7. A is packed into scratch as 16-row tiles of 32 k (hi, then lo), B as
+   pairs of 16-column tiles of 32 k in the tiles' pairs-of-rows layout (hi, then lo); each
+   step multiplies 2 x 2 tiles of C (32 x 32 floats) by 32 k, three products. Without AMX
+   (a compiler or kernel that lacks it) it is OpenBLAS' float product. */
+#include <stdlib.h>
+#include <string.h>
+#if defined(__AMX_TILE__) && defined(__AMX_BF16__) && defined(__AVX512BF16__) && \
+    defined(__linux__)
+#include <immintrin.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+static int lumos_amx_ok;
+/* Linux hands out the tiles' 8 KiB of state only to a process that asks
+   (ARCH_REQ_XCOMP_PERM for XFEATURE_XTILEDATA); every thread then has it */
+__attribute__((constructor)) static void lumos_amx_init(void) {
+  lumos_amx_ok = syscall(SYS_arch_prctl, 0x1023, 18) == 0;
+}
+typedef struct {
+  uint8_t palette, start, reserved[14];
+  uint16_t colsb[16];
+  uint8_t rows[16];
+} lumos_tilecfg;
+/* 32 floats (from p, or gathered `step` apart, zero past `n`) as bf16 hi and lo */
+static inline void lumos_split32(const float *p, int64_t step, int64_t n, uint16_t *hi,
+                                 uint16_t *lo) {
+  float t[32] __attribute__((aligned(64)));
+  if (step == 1 && n >= 32)
+    memcpy(t, p, sizeof t);
+  else
+    for (int64_t e = 0; e < 32; e++) t[e] = e < n ? p[e * step] : 0.0f;
+  for (int h = 0; h < 2; h++) {
+    const __m512 x = _mm512_load_ps(t + 16 * h);
+    const __m256i xh = (__m256i)_mm512_cvtneps_pbh(x);
+    const __m512 back = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(xh), 16));
+    /* an infinite x: lo 0, not inf - inf */
+    const __m512 rest = _mm512_maskz_sub_ps(~_mm512_fpclass_ps_mask(back, 0x18), x, back);
+    _mm256_store_si256((__m256i *)(hi + 16 * h), xh);
+    _mm256_store_si256((__m256i *)(lo + 16 * h), (__m256i)_mm512_cvtneps_pbh(rest));
+  }
+}
+static __thread uint16_t *lumos_amx_p[2];
+static __thread int64_t lumos_amx_n[2];
+static uint16_t *lumos_amx_scratch(int j, int64_t n) {
+  if (n > lumos_amx_n[j]) {
+    free(lumos_amx_p[j]);
+    lumos_amx_p[j] = (uint16_t *)aligned_alloc(64, (size_t)n * 2);
+    if (!lumos_amx_p[j]) abort();
+    lumos_amx_n[j] = n;
+  }
+  return lumos_amx_p[j];
+}
+/* C tile T to rows I0.., columns J0.. of c (a partial one through `part`) */
+#define LUMOS_AMX_STORE(T, I0, J0)                                                         \
+  if ((I0) < m && (J0) < n) {                                                              \
+    if ((I0) + 16 <= m && (J0) + 16 <= n)                                                  \
+      _tile_stored(T, c + (I0) * ldc + (J0), ldc * 4);                                     \
+    else {                                                                                 \
+      _tile_stored(T, part, 64);                                                           \
+      for (int64_t r = 0; r < 16 && (I0) + r < m; r++)                                     \
+        for (int64_t j = 0; j < 16 && (J0) + j < n; j++)                                   \
+          c[((I0) + r) * ldc + (J0) + j] = part[r * 16 + j];                               \
+    }                                                                                      \
+  }
+void lumos_gemm_amx(int ta, int tb, int64_t m, int64_t n, int64_t k, const float *a,
+                    int64_t lda, const float *b, int64_t ldb, float *c, int64_t ldc) {
+  if (!lumos_amx_ok) {
+    lumos_cblas(ta, tb, m, n, k, a, lda, b, ldb, c, ldc);
+    return;
+  }
+  const int64_t kb = (k + 31) / 32, np = (n + 31) / 32;
+  /* B: per panel of 32 columns, per 32 k: 2 tiles hi, 2 tiles lo; each tile's row p holds
+     k rows 2p and 2p + 1 of its 16 columns, interleaved */
+  uint16_t *bp = lumos_amx_scratch(1, np * kb * 2048);
+  for (int64_t jp = 0; jp < np; jp++)
+    for (int64_t q = 0; q < kb; q++) {
+      uint16_t *h = bp + (jp * kb + q) * 2048; /* its first tile; the second 512 on */
+      const int64_t j0 = jp * 32, kk = q * 32;
+      const int64_t w = n - j0 < 32 ? n - j0 : 32, d = k - kk < 32 ? k - kk : 32;
+      if (tb) /* column j's 32 k lie together: split, then each pair of k to row p */
+        for (int64_t j = 0; j < 32; j++) {
+          uint32_t hi[16] __attribute__((aligned(64))), lo[16] __attribute__((aligned(64)));
+          lumos_split32(b + (j0 + j) * ldb + kk, 1, j < w ? d : 0, (uint16_t *)hi,
+                        (uint16_t *)lo);
+          uint16_t *t = h + j / 16 * 512 + j % 16 * 2;
+          for (int64_t p = 0; p < 16; p++) {
+            memcpy(t + p * 32, hi + p, 4);
+            memcpy(t + 1024 + p * 32, lo + p, 4);
+          }
+        }
+      else /* k rows 2p and 2p + 1 of the 32 columns: split, then interleaved */
+        for (int64_t p = 0; p < 16; p++) {
+          uint16_t h2[2][32] __attribute__((aligned(64))), l2[2][32] __attribute__((aligned(64)));
+          for (int e = 0; e < 2; e++)
+            lumos_split32(b + (kk + 2 * p + e) * ldb + j0, 1, 2 * p + e < d ? w : 0, h2[e],
+                          l2[e]);
+          for (int64_t j = 0; j < 32; j++) {
+            uint16_t *t = h + j / 16 * 512 + p * 32 + j % 16 * 2;
+            t[0] = h2[0][j];
+            t[1] = h2[1][j];
+            t[1024] = l2[0][j];
+            t[1025] = l2[1][j];
+          }
+        }
+    }
+  lumos_tilecfg cfg;
+  memset(&cfg, 0, sizeof cfg);
+  cfg.palette = 1;
+  for (int t = 0; t < 8; t++) {
+    cfg.colsb[t] = 64;
+    cfg.rows[t] = 16;
+  }
+  _tile_loadconfig(&cfg);
+  float part[256] __attribute__((aligned(64)));
+  /* A in blocks of rows (512 KiB packed, in L2), each multiplied by every panel of B */
+  const int64_t rb = LUMOS_MAX(32, (131072 / LUMOS_MAX(kb * 32, 1)) & ~31);
+  uint16_t *ap = lumos_amx_scratch(0, rb / 16 * kb * 1024);
+  for (int64_t r0 = 0; r0 < m; r0 += rb) {
+    const int64_t mt = ((m - r0 < rb ? m - r0 : rb) + 15) / 16;
+    /* A: per 16 rows, per 32 k: a tile hi, then a tile lo (an odd last one's partner: 0) */
+    for (int64_t i = 0; i < (mt + 1) / 2 * 32; i++)
+      for (int64_t q = 0; q < kb; q++) {
+        uint16_t *h = ap + ((i / 16 * kb + q) * 2 * 16 + i % 16) * 32;
+        const int64_t w = r0 + i < m ? (k - q * 32 < 32 ? k - q * 32 : 32) : 0;
+        lumos_split32(ta ? a + q * 32 * lda + r0 + i : a + (r0 + i) * lda + q * 32,
+                      ta ? lda : 1, w, h, h + 512);
+      }
+    for (int64_t jp = 0; jp < np; jp++)
+      for (int64_t it = 0; it < mt; it += 2) {
+        _tile_zero(0);
+        _tile_zero(1);
+        _tile_zero(2);
+        _tile_zero(3);
+        const uint16_t *a0 = ap + it * kb * 1024, *a1 = a0 + kb * 1024, *bq = bp + jp * kb * 2048;
+        for (int64_t q = 0; q < kb; q++) {
+          const uint16_t *x0 = a0 + q * 1024, *x1 = a1 + q * 1024, *y = bq + q * 2048;
+          _tile_loadd(4, x0, 64); /* Ahi Bhi */
+          _tile_loadd(5, x1, 64);
+          _tile_loadd(6, y, 64);
+          _tile_loadd(7, y + 512, 64);
+          _tile_dpbf16ps(0, 4, 6);
+          _tile_dpbf16ps(1, 4, 7);
+          _tile_dpbf16ps(2, 5, 6);
+          _tile_dpbf16ps(3, 5, 7);
+          _tile_loadd(4, x0 + 512, 64); /* Alo Bhi */
+          _tile_loadd(5, x1 + 512, 64);
+          _tile_dpbf16ps(0, 4, 6);
+          _tile_dpbf16ps(1, 4, 7);
+          _tile_dpbf16ps(2, 5, 6);
+          _tile_dpbf16ps(3, 5, 7);
+          _tile_loadd(4, x0, 64); /* Ahi Blo */
+          _tile_loadd(5, x1, 64);
+          _tile_loadd(6, y + 1024, 64);
+          _tile_loadd(7, y + 1536, 64);
+          _tile_dpbf16ps(0, 4, 6);
+          _tile_dpbf16ps(1, 4, 7);
+          _tile_dpbf16ps(2, 5, 6);
+          _tile_dpbf16ps(3, 5, 7);
+        }
+        const int64_t i0 = r0 + it * 16, j0 = jp * 32;
+        LUMOS_AMX_STORE(0, i0, j0)
+        LUMOS_AMX_STORE(1, i0, j0 + 16)
+        LUMOS_AMX_STORE(2, i0 + 16, j0)
+        LUMOS_AMX_STORE(3, i0 + 16, j0 + 16)
+      }
+  }
+  _tile_release();
+}
+#else
+void lumos_gemm_amx(int ta, int tb, int64_t m, int64_t n, int64_t k, const float *a,
+                    int64_t lda, const float *b, int64_t ldb, float *c, int64_t ldc) {
+  lumos_cblas(ta, tb, m, n, k, a, lda, b, ldb, c, ldc);
+}
+#endif
+"""
+
 DRIVER = r"""int lumos_nt = 0;
 void lumos_set_threads(int n) {
   lumos_nt = n;
@@ -866,7 +1050,9 @@ class _Codegen:
         self._unsigned_zero: set[str] = set()  # per kernel: float values never -0
         self.tiles: dict[Node, int] = {}  # per kernel: the products it runs (Tile) -> number
         self.own: set[Node] = set()  # per kernel: its products run by lumos_gemm_own
+        self.amx = False  # per kernel: a product run by lumos_gemm_amx
         self.used_own = False  # some kernel calls lumos_gemm_own (OWN_GEMM is linked)
+        self.used_amx = False  # ... lumos_gemm_amx (AMX_GEMM is linked)
         self.tile_out: Expr = ZERO  # per kernel: its output's flat index
         self.tile_rows = True  # per kernel: every Tile read is at the output's position
         # per kernel: each Tile or Rows read's (index, valid, rank, bounds), for row_banded
@@ -1180,9 +1366,9 @@ class _Codegen:
         try:
             yield
         finally:
-            args, count, used_own = self.args, self._count, self.used_own
+            args, count, used = self.args, self._count, (self.used_own, self.used_amx)
             self.__dict__.update(saved)
-            self.args, self._count, self.used_own = args, count, used_own
+            self.args, self._count, (self.used_own, self.used_amx) = args, count, used
 
     def rows_whole(self, lines: list[str]) -> list[str]:
         """The kernel's loops after each kernel it reads in bands (Rows) is run whole into
@@ -1215,10 +1401,10 @@ class _Codegen:
     def kernel(self, i: int) -> list[str]:
         """The loops computing node `i` into `out` (parameters collected in self.args)."""
         return self._kernel(self.g.nodes[i], self.g.bodies.get(i), self.g.packs.get(i),
-                            i in self.g.own)
+                            i in self.g.own, i in self.g.amx)
 
     def _kernel(self, n: Node, b: Body | None, pack: Pack | None,
-                own: bool = False) -> list[str]:
+                own: bool = False, amx: bool = False) -> list[str]:
         shape = n.shape
         out_index = self.prep(View.contiguous(shape).index, shape)
         b = b or (pack.body if pack is not None else None)
@@ -1226,6 +1412,7 @@ class _Codegen:
         self.own = {t.gemm for t in tiles(b) if t.own} if b is not None else set()
         if own:
             self.own.add(n)
+        self.amx = amx  # (a whole product: KGemmAmx)
         self.windowed = [t for t in tiles(b) if t.windows is not None] if b is not None else []
         self.tile_out = simplify(out_index, self.bounds(shape))
         self.tile_rows = True
@@ -1728,10 +1915,10 @@ class _Codegen:
                          OUTER_BLOCK)
 
     def gemm(self, n: Node, out: str = "out") -> list[str]:
-        """One lumos_sgemm (OpenBLAS, or lumos_gemm_own) per batch index, in nested loops
-        over the batch (the axes kernels.gemm could not merge into the rows): the threads
-        take batch indices when there are at least as many, else each product is split
-        among them."""
+        """One lumos_sgemm (OpenBLAS, lumos_gemm_own or lumos_gemm_amx) per batch index, in
+        nested loops over the batch (the axes kernels.gemm could not merge into the rows):
+        the threads take batch indices when there are at least as many, else each product
+        is split among them."""
         assert n.axis is not None
         gm = gemm(n.views, n.axis, self.g.dims)  # as cpu_space found it
         assert gm is not None, "a Gemm node without a BLAS layout"
@@ -1746,7 +1933,9 @@ class _Codegen:
                    f"{c(mat.ld)}, {c(width)}), 1)"
         a, b = gm.a, gm.b
         self.used_own |= n in self.own
-        call = (f"lumos_sgemm{'_own' if n in self.own else ''}({int(a.trans)}, "
+        self.used_amx |= self.amx
+        call = (f"lumos_sgemm{'_own' if n in self.own else '_amx' if self.amx else ''}("
+                f"{int(a.trans)}, "
                 f"{int(b.trans)}, {c(gm.m)}, {c(gm.n)}, {c(gm.k)}, "
                 f"{operand(a, gm.m if a.trans else gm.k)}, "
                 f"{operand(b, gm.k if b.trans else gm.n)}, "
@@ -2129,7 +2318,8 @@ def generate(g: Kernels, flush_denormals: bool = False) -> tuple[tuple[Unit, ...
                     tuple(buffers[len(inputs):]), tuple(temps), len(order), profiled,
                     tuple(inplace))
     own = [BLAS + PRELUDE + OWN_GEMM] if gen.used_own else []
-    return ("\n".join(parts), *units.values(), *own), layout
+    amx = [BLAS + PRELUDE + AMX_GEMM] if gen.used_amx else []
+    return ("\n".join(parts), *units.values(), *own, *amx), layout
 
 
 class _NoFill(Exception):

@@ -40,7 +40,7 @@ LOWER = CORE + Rules.files(Path(__file__).with_name("lower_cpu.egg"),
 RULES = LOWER + Rules((), (Stage(bounded=("fuse",), rounds=FUSE_ROUNDS),))  # with fusion
 ELEMENTWISE = (*UNARY, *BINARY, "Cast")
 EXECUTABLE = frozenset({"Root", "Input", "Constant", "Iota", "Gather", "Scatter", "KMap",
-                        "KSumReduce", "KMaxReduce", "KOutput", "KGemm", "KGemmOwn",
+                        "KSumReduce", "KMaxReduce", "KOutput", "KGemm", "KGemmOwn", "KGemmAmx",
                         "KGemmPack", "KGemmWindows", "ELoad",
                         "EMaxReduce", "EGemm", "EGemmOwn", "EGemmWindows", "ERows",
                         *(f"E{op}" for op in ELEMENTWISE)})
@@ -495,6 +495,7 @@ class Kernels:
     bodies: dict[int, Body] = field(default_factory=dict)
     packs: dict[int, Pack] = field(default_factory=dict)  # Gemm node -> its packed factor
     own: set[int] = field(default_factory=set)  # Gemm nodes run by lumos_gemm_own
+    amx: set[int] = field(default_factory=set)  # ... by lumos_gemm_amx (bf16x3)
 
     def add(self, node: Node, body: Body | None = None) -> int:
         if body is not None:
@@ -568,16 +569,19 @@ def from_graph(g: Graph) -> Kernels:
     return k
 
 
-def cpu_space(space: SearchSpace, bounds: Mapping | None = None) -> SearchSpace:
+def cpu_space(space: SearchSpace, bounds: Mapping | None = None, amx: bool = False) -> SearchSpace:
     """The e-nodes the CPU executes (a KGemm only where `gemm` has a layout for it, under
-    the dims' `bounds`), each class's buffer read (ELoad) and loop kernels first: the
-    baseline genome is the program without fusion or BLAS."""
+    the dims' `bounds`; a KGemmAmx only if `amx`: bf16x3 products allowed and the CPU able
+    to run them), each class's buffer read (ELoad) and loop kernels first: the baseline
+    genome is the program without fusion or BLAS."""
     b = bounds or {}
-    decided: dict[tuple, bool] = {}  # (KGemm or EGemm, fields): the Own twins share one
+    decided: dict[tuple, bool] = {}  # (KGemm or EGemm, fields): the twins share one
 
     def ok(n: ENode) -> bool:
-        if n.op in ("KGemm", "KGemmOwn", "EGemm", "EGemmOwn"):
-            key = (n.op.removesuffix("Own"), n.fields)
+        if n.op == "KGemmAmx" and not amx:
+            return False
+        if n.op in ("KGemm", "KGemmOwn", "KGemmAmx", "EGemm", "EGemmOwn"):
+            key = (n.op.removesuffix("Own").removesuffix("Amx"), n.fields)
             if key not in decided:
                 decided[key] = product_ok(key[0], n)
             return decided[key]
@@ -613,7 +617,7 @@ def cpu_space(space: SearchSpace, bounds: Mapping | None = None) -> SearchSpace:
                     space.class_keys)
     s = restrict(s, EXECUTABLE, "cpu")
     later = lambda n: (n.op.startswith("KGemm") or n.op.startswith("E") and n.op != "ELoad",  # noqa: E731
-                       n.op.endswith("Own"))  # (OpenBLAS first)
+                       n.op.endswith(("Own", "Amx")))  # (OpenBLAS first)
     return SearchSpace([sorted(c, key=later) for c in s.classes], s.root, s.class_keys)
 
 
@@ -687,12 +691,14 @@ def from_genome(space: SearchSpace, choice: Mapping[int, int] | Sequence[int],
             built[c] = k.add(Node(op, (), (), f[0], k.dtype(b),
                                   axis=f[1] if op in REDUCE else None,
                                   persist=f[1] if op == "Output" else False), b)
-        elif n.op in ("KGemm", "KGemmOwn"):
+        elif n.op in ("KGemm", "KGemmOwn", "KGemmAmx"):
             built[c] = k.add(Node("Gemm", tuple(built[a] for a in n.children),
                                   gemm_views(n, bounds), f[0], k.nodes[built[n.children[0]]].dtype,
                                   axis=f[1]))
             if n.op == "KGemmOwn":
                 k.own.add(built[c])
+            elif n.op == "KGemmAmx":
+                k.amx.add(built[c])
         elif n.op == "KGemmPack":  # inputs: the other factor, then what the packed one reads
             side = f[5]
             packed = body(n.children[side])
@@ -782,6 +788,9 @@ WINDOWS_MIN_COLUMNS = 784
 # packed (0.29 -> 0.40 ms), the stem's 112x112x32 no faster than its projection's row
 # blocks
 PACK_RELU_MIN_BYTES = 8 << 20
+# seeds: where the space offers bf16x3 products (KGemmAmx), one of at least this many
+# multiply-adds a call is one (TODO measure)
+AMX_MIN_MACS = 1 << 18
 
 
 def seeds(space: SearchSpace, env: Mapping[str, int],
@@ -804,7 +813,8 @@ def seeds(space: SearchSpace, env: Mapping[str, int],
     relu6 read only by a product (a depthwise convolution's, `PACK_RELU_MIN_BYTES`); a
     product (in row blocks or whole) whose B is small is lumos' own kernel's, not
     OpenBLAS' (`OWN_MAX_B_BYTES`, `OWN_MIN_COLUMNS`), and so is one whose B is stored
-    transposed and A short (`ROWS_MAX_M`). `env` gives the dims' sizes; `genomes`, the
+    transposed and A short (`ROWS_MAX_M`); any other of `AMX_MIN_MACS` or more is a
+    bf16x3 product (KGemmAmx) where the space has them. `env` gives the dims' sizes; `genomes`, the
     space's Genomes if the caller made one. The search times the seeds like any other
     candidate."""
     readers: dict[int, int] = {}  # producer class -> kernels reading its buffer (HLIR edges)
@@ -884,6 +894,10 @@ def seeds(space: SearchSpace, env: Mapping[str, int],
         return gm is not None and (_numel((gm.k, gm.n), env) * 4 <= OWN_MAX_B_BYTES and
                                    _numel((gm.n,), env) > OWN_MIN_COLUMNS or
                                    gm.b.trans and _numel((gm.m, *gm.batch), env) <= ROWS_MAX_M)
+
+    def amx(gm: Gemm | None) -> bool:  # a product by lumos_gemm_amx (where the space has it)
+        return gm is not None and not own(gm) and \
+            _numel((gm.m, gm.n, gm.k), env) >= AMX_MIN_MACS
 
     @functools.cache
     def tiled(c: int) -> bool:  # a product read once, by its reader in row blocks (EGemm)
@@ -988,6 +1002,9 @@ def seeds(space: SearchSpace, env: Mapping[str, int],
                 return blas
             if n.op == "KGemmOwn":  # (second seed: neither)
                 return blas * (1.5 if own(gemm(gemm_views(n, sizes), n.fields[1], sizes))
+                               else 0.5)
+            if n.op == "KGemmAmx":
+                return blas * (2.0 if amx(gemm(gemm_views(n, sizes), n.fields[1], sizes))
                                else 0.5)
             if n.op in ("KGemmPack", "KGemmWindows"):
                 return 2 * blas if blas < 0 and packed(c, n) else 1.0

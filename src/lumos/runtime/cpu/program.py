@@ -36,7 +36,7 @@ from lumos.errors import BindError
 from lumos.graph import Graph
 from lumos.logs import log, warn
 from lumos.runtime.base import Program
-from lumos.runtime.cpu.cc import FLAGS, cache_dir, compile_units, cpu_id, load
+from lumos.runtime.cpu.cc import FLAGS, amx, cache_dir, compile_units, cpu_id, load
 from lumos.runtime.cpu.codegen import Buffer, Kernel, Layout, generate
 from lumos.runtime.cpu.kernels import (
     LOWER,
@@ -229,7 +229,8 @@ class CpuRuntime:
             # are still being sent
             prepared = [pool.submit(prepare, graph, env, opts.seed, box) for env in envs] \
                 if options is not None else []
-            spaces = [cpu_space(s, graph.dims) for s in  # the bounds from_genome decodes with
+            bf16x3 = opts.matmul_precision == "high" and amx()
+            spaces = [cpu_space(s, graph.dims, bf16x3) for s in  # from_genome's bounds
                       build_spaces(graph, [bounds(c) for c in buckets], rules, budget)]
 
             def profiling(k: int) -> Profiling:
