@@ -730,13 +730,16 @@ void lumos_gemm_amx(int ta, int tb, int64_t m, int64_t n, int64_t k, const float
           for (int e = 0; e < 2; e++)
             lumos_split32(b + (kk + 2 * p + e) * ldb + j0, 1, 2 * p + e < d ? w : 0, h2[e],
                           l2[e]);
-          for (int64_t j = 0; j < 32; j++) {
-            uint16_t *t = h + j / 16 * 512 + p * 32 + j % 16 * 2;
-            t[0] = h2[0][j];
-            t[1] = h2[1][j];
-            t[1024] = l2[0][j];
-            t[1025] = l2[1][j];
-          }
+          for (int half = 0; half < 2; half++) /* 16 columns: their pairs, 16 words */
+            for (int part = 0; part < 2; part++) {
+              uint16_t(*x)[32] = part ? l2 : h2;
+              const __m512i lo16 = _mm512_cvtepu16_epi32(
+                  _mm256_load_si256((__m256i *)(x[0] + 16 * half)));
+              const __m512i hi16 = _mm512_cvtepu16_epi32(
+                  _mm256_load_si256((__m256i *)(x[1] + 16 * half)));
+              _mm512_store_si512(h + part * 1024 + half * 512 + p * 32,
+                                 _mm512_or_si512(lo16, _mm512_slli_epi32(hi16, 16)));
+            }
         }
     }
   lumos_tilecfg cfg;
