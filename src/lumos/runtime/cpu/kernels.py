@@ -789,7 +789,10 @@ WINDOWS_MIN_COLUMNS = 784
 # blocks
 PACK_RELU_MIN_BYTES = 8 << 20
 # seeds: where the space offers bf16x3 products (KGemmAmx), one of at least this many
-# multiply-adds a call is one (TODO measure)
+# multiply-adds a call is one, unless lumos' own kernel takes it (a C harness, 2 threads,
+# ms OpenBLAS in the model / AMX: MiniLM's batched attention, 384 x 128x128x32, 3.2-4.2 /
+# 1.9-2.1; 4096x384x384 3.8 / 1.4-1.5; a few rows by a stored weight are slower on AMX, its
+# packing of the weight costing more than the product: 128x32000x512 13.0 (rows) / 30.6)
 AMX_MIN_MACS = 1 << 18
 
 
