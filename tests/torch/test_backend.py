@@ -21,6 +21,7 @@ import lumos.torch as lt
 import lumos.torch.compiled as compiled_module
 from lumos.errors import BindError
 from lumos.graph import Graph
+from lumos.runtime.cpu.cc import amx
 from lumos.runtime.cpu.program import CpuProgram
 from lumos.search.genome import SearchError
 from lumos.torch import cache
@@ -516,6 +517,25 @@ def test_the_cache_key_follows_every_option_that_matters() -> None:
     others = [key(runtime="cpu"), key(strict=True), key(limit=5), key(buckets=[(1, 8, 4)]),
               key(seed=1), key(matmul_precision="high")]
     assert len({base, *others}) == 1 + len(others)
+
+
+@pytest.mark.skipif(not amx(), reason="no AMX tiles on this CPU or compiler")
+def test_a_linear_layer_under_high_precision_runs_as_bf16x3() -> None:
+    """torch.set_float32_matmul_precision("high") before compiling: the CPU runtime's BLAS
+    seed multiplies on AMX tiles (error over float's own ~4e-7 but far under bfloat16's),
+    and the result still matches eager within float32's check."""
+    saved = torch.get_float32_matmul_precision()
+    torch.manual_seed(0)
+    layer, x = nn.Linear(384, 320, bias=False).eval(), torch.randn(512, 384)
+    try:
+        torch.set_float32_matmul_precision("high")
+        with torch.no_grad():
+            got = compiled(layer, options={"cache": False})(x)
+    finally:
+        torch.set_float32_matmul_precision(saved)
+    want = x.double() @ layer.weight.detach().double().T
+    err = float((got.double() - want).norm() / want.norm())
+    assert 1e-6 < err < 2e-5, err
 
 
 @pytest.mark.parametrize("torch_precision, ours", [("highest", "highest"), ("high", "high"),
