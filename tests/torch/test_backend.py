@@ -21,6 +21,7 @@ import lumos.torch as lt
 import lumos.torch.compiled as compiled_module
 from lumos.errors import BindError
 from lumos.graph import Graph
+from lumos.runtime.cpu import program as program_module
 from lumos.runtime.cpu.cc import amx
 from lumos.runtime.cpu.program import CpuProgram
 from lumos.search.genome import SearchError
@@ -520,10 +521,19 @@ def test_the_cache_key_follows_every_option_that_matters() -> None:
 
 
 @pytest.mark.skipif(not amx(), reason="no AMX tiles on this CPU or compiler")
-def test_a_linear_layer_under_high_precision_runs_as_bf16x3() -> None:
-    """torch.set_float32_matmul_precision("high") before compiling: the CPU runtime's BLAS
-    seed multiplies on AMX tiles (error over float's own ~4e-7 but far under bfloat16's),
-    and the result still matches eager within float32's check."""
+def test_a_linear_layer_under_high_precision_is_timed_as_bf16x3(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """torch.set_float32_matmul_precision("high") before compiling: the CPU runtime's search
+    times a program multiplying on AMX tiles (the BLAS seed; which candidate wins is the
+    benchmarks' business), and the result matches eager within float32's check."""
+    seen: list[str] = []
+    real = program_module.generate
+
+    def generate(*args: Any, **kwargs: Any) -> Any:
+        units, layout = real(*args, **kwargs)
+        seen.append("\n".join(u if isinstance(u, str) else u[1] for u in units[1:]))
+        return units, layout
+    monkeypatch.setattr(program_module, "generate", generate)
     saved = torch.get_float32_matmul_precision()
     torch.manual_seed(0)
     layer, x = nn.Linear(384, 320, bias=False).eval(), torch.randn(512, 384)
@@ -533,9 +543,9 @@ def test_a_linear_layer_under_high_precision_runs_as_bf16x3() -> None:
             got = compiled(layer, options={"cache": False})(x)
     finally:
         torch.set_float32_matmul_precision(saved)
+    assert any("lumos_sgemm_amx(" in src for src in seen)
     want = x.double() @ layer.weight.detach().double().T
-    err = float((got.double() - want).norm() / want.norm())
-    assert 1e-6 < err < 2e-5, err
+    assert float((got.double() - want).norm() / want.norm()) < 2e-5
 
 
 @pytest.mark.parametrize("torch_precision, ours", [("highest", "highest"), ("high", "high"),
