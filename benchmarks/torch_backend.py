@@ -15,10 +15,13 @@ inductor: its FX graph and code caches) unless `--warm`. Target: lumos >= 1.0x i
 on each, and a cold compile no slower than inductor's.
 `--quick` checks the script at small sizes (the 44M Llama shrunk to h128, 2 layers,
 1x32; the CNN at batch 2, 3x64x64; 3 repeats; 8 generated tokens) and writes no JSON.
+`--matmul-precision high` runs everything under `torch.set_float32_matmul_precision`
+("high": lumos may compute float32 products as bf16x3 on AMX tiles; PyTorch's CPU
+kernels stay float) and writes `torch_backend_high.json`.
 
     .venv/bin/python benchmarks/torch_backend.py [--runtime cpu] [--limit N]
         [--cases tiny,llama44m,cnn] [--peers eager,inductor,lumos] [--repeats 20]
-        [--generate] [--warm] [--quick]
+        [--generate] [--warm] [--quick] [--matmul-precision highest|high]
 """
 
 from __future__ import annotations
@@ -182,7 +185,10 @@ def main() -> None:
     ap.add_argument("--generate", action="store_true")
     ap.add_argument("--warm", action="store_true", help="keep the compile caches")
     ap.add_argument("--quick", action="store_true", help="small sizes, no JSON")
+    ap.add_argument("--matmul-precision", choices=["highest", "high"], default="highest",
+                    help="torch.set_float32_matmul_precision for every peer")
     args = ap.parse_args()
+    torch.set_float32_matmul_precision(args.matmul_precision)
     keep_freed_memory()
     args.repeats = args.repeats or (3 if args.quick else 20)
     options = {k: v for k, v in (("runtime", args.runtime), ("limit", args.limit))
@@ -194,9 +200,11 @@ def main() -> None:
     # per-function cache for them all
     torch._dynamo.config.recompile_limit = 64
     results: dict[str, Any] = {"benchmark": "torch_backend", "lumos_options": options,
+                               "matmul_precision": args.matmul_precision,
                                "warm_caches": args.warm, "threads": torch.get_num_threads(),
                                "openblas_core": openblas_core(), "cases": {}}
     print(f"lumos options {options or 'default'}; {'warm' if args.warm else 'cold'} compiles"
+          f"; float32 matmul precision {args.matmul_precision}"
           f"{'; quick sizes' if args.quick else ''}; OpenBLAS {results['openblas_core']}")
     print(f"{'case':>9} {'peer':>9} {'latency ms':>11} {'compile s':>10} {'tok/s':>7}")
     with tempfile.TemporaryDirectory(prefix="torch_backend-") as tmp:
@@ -205,7 +213,8 @@ def main() -> None:
     if args.quick:
         print("quick run: no results written")
         return
-    out = Path(__file__).resolve().parent / "results" / "torch_backend.json"
+    suffix = "" if args.matmul_precision == "highest" else f"_{args.matmul_precision}"
+    out = Path(__file__).resolve().parent / "results" / f"torch_backend{suffix}.json"
     out.parent.mkdir(exist_ok=True)
     out.write_text(json.dumps(results, indent=2))
     print(f"wrote {out}")

@@ -464,22 +464,27 @@ WINDOWS = {  # name: (input shape, weight shape, conv2d arguments, whether offer
 }
 
 
+@pytest.mark.parametrize("kind", ["KGemmWindows",
+                                  pytest.param("KGemmWindowsAmx", marks=needs_amx)])
 @pytest.mark.parametrize("name", WINDOWS)
-def test_a_product_that_reads_windows_matches_the_oracle(name: str) -> None:
-    """A stride-1 convolution's im2col product as lumos_gemm_windows: the input copied
-    with its padding, B's rows read where they lie in it, the padded columns dropped."""
+def test_a_product_that_reads_windows_matches_the_oracle(name: str, kind: str) -> None:
+    """A stride-1 convolution's im2col product as lumos_gemm_windows (or as bf16x3 on AMX
+    tiles, lumos_amx_windows): the input copied with its padding, B's rows read where they
+    lie in it, the padded columns dropped."""
     xs, ws, args, offered = WINDOWS[name]
     g, space = space_and_graph(lambda g: conv2d(g.tensor(xs, lumos.f32, "x"),
-                                                g.tensor(ws, lumos.f32, "w"), **args))
-    assert any(n.op == "KGemmWindows" for c in space.classes for n in c) == offered
+                                                g.tensor(ws, lumos.f32, "w"), **args), amx=True)
+    assert any(n.op == kind for c in space.classes for n in c) == offered
     if not offered:
         return
-    genome = Genomes(space).preferring(lambda c, n: -float(n.op == "KGemmWindows"),
-                                       random.Random(0))
+    genome = Genomes(space).preferring(lambda c, n: -float(n.op == kind), random.Random(0))
     kernels = from_genome(space, genome, g.dims)
     (pack,) = kernels.packs.values()  # and no kernel stores the windows
     assert pack.windows and not any(n.op == "Map" for n in kernels.nodes)
-    assert re.search(r"lumos_gemm_windows\(\d+, ", checked_source(g, kernels))
+    assert pack.amx == (kind == "KGemmWindowsAmx")
+    source = checked_source(g, kernels)
+    assert re.search(r"lumos_gemm_windows\(\d+, ", source)
+    assert bool(re.search(r"lumos_amx_windows\(\d+, ", source)) == pack.amx
 
 
 

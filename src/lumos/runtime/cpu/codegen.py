@@ -191,9 +191,18 @@ static inline int lumos_threads(void) { return lumos_nt > 0 ? lumos_nt : omp_get
 /* lumos' own single-threaded product (OWN_GEMM: a unit of its own, compiled once) */
 void lumos_gemm_own(int ta, int tb, int64_t m, int64_t n, int64_t k, const float *a,
                     int64_t lda, const float *b, int64_t ldb, float *c, int64_t ldc);
-/* ... and its bf16x3 product on AMX tiles (AMX_GEMM: a unit of its own, compiled once) */
+/* ... and its bf16x3 products on AMX tiles (AMX_GEMM: a unit of its own, compiled once):
+   a whole product; a convolution's windows product (lumos_amx_windows, on A packed by
+   lumos_amx_pack_a into `lumos_amx_a_size(m, k)` uint16s), where lumos_amx_ready() */
 void lumos_gemm_amx(int ta, int tb, int64_t m, int64_t n, int64_t k, const float *a,
                     int64_t lda, const float *b, int64_t ldb, float *c, int64_t ldc);
+int lumos_amx_ready(void);
+int64_t lumos_amx_a_size(int64_t m, int64_t k);
+void lumos_amx_pack_a(int64_t m, int64_t k, const float *a, int64_t sam, int64_t sak,
+                      uint16_t *aq);
+void lumos_amx_windows(int64_t m, int64_t k, const uint16_t *aq, const float *pd,
+                       const int64_t *koff, int64_t j0, int64_t j, int64_t w, int64_t pw,
+                       float *c, int64_t ldc);
 static inline void lumos_cblas(int ta, int tb, int64_t m, int64_t n, int64_t k, const float *a,
                                int64_t lda, const float *b, int64_t ldb, float *c,
                                int64_t ldc) {
@@ -659,8 +668,8 @@ static inline void lumos_split16(__m512 x, uint16_t *hi, uint16_t *lo) {
   const __m256i xh = (__m256i)_mm512_cvtneps_pbh(x);
   const __m512 back = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(xh), 16));
   const __m512 rest = _mm512_maskz_sub_ps(~_mm512_fpclass_ps_mask(back, 0x18), x, back);
-  _mm256_store_si256((__m256i *)hi, xh);
-  _mm256_store_si256((__m256i *)lo, (__m256i)_mm512_cvtneps_pbh(rest));
+  _mm256_storeu_si256((__m256i *)hi, xh);
+  _mm256_storeu_si256((__m256i *)lo, (__m256i)_mm512_cvtneps_pbh(rest));
 }
 /* 32 floats (from p, or gathered `step` apart, zero past `n`) as bf16 hi and lo */
 static inline void lumos_split32(const float *p, int64_t step, int64_t n, uint16_t *hi,
@@ -813,10 +822,113 @@ void lumos_gemm_amx(int ta, int tb, int64_t m, int64_t n, int64_t k, const float
   }
   _tile_release();
 }
+int lumos_amx_ready(void) { return lumos_amx_ok; }
+int64_t lumos_amx_a_size(int64_t m, int64_t k) { return (m + 15) / 16 * ((k + 31) / 32) * 1024; }
+/* A (m x k, element (i, p) at a[i * sam + p * sak]) as 16-row tiles of 32 k, hi then lo */
+void lumos_amx_pack_a(int64_t m, int64_t k, const float *a, int64_t sam, int64_t sak,
+                      uint16_t *aq) {
+  const int64_t kb = (k + 31) / 32;
+  for (int64_t i = 0; i < (m + 15) / 16 * 16; i++)
+    for (int64_t q = 0; q < kb; q++) {
+      uint16_t *h = aq + ((i / 16 * kb + q) * 2 * 16 + i % 16) * 32;
+      const int64_t w = i < m ? (k - q * 32 < 32 ? k - q * 32 : 32) : 0;
+      lumos_split32(a + i * sam + q * 32 * sak, sak, w, h, h + 512);
+    }
+}
+/* lumos_gemm_windows' product as bf16x3: C's rows (all m) at 48 padded columns from j0 of
+   B, B's row p read at pd + koff[p] (a convolution's windows in its padded input; the
+   copy holds 96 floats past its end), the padded columns dropped on the way out. B's
+   panel is split into scratch (3 tiles of 16 columns per 32 k, hi, then lo); per 16 rows
+   of A, 3 tiles of C by 32 k a step, three products each. */
+void lumos_amx_windows(int64_t m, int64_t k, const uint16_t *aq, const float *pd,
+                       const int64_t *koff, int64_t j0, int64_t j, int64_t w, int64_t pw,
+                       float *c, int64_t ldc) {
+  const int64_t kb = (k + 31) / 32, nr = j - j0 < 48 ? j - j0 : 48;
+  uint16_t *bp = lumos_amx_scratch(1, kb * 3072);
+  for (int64_t q = 0; q < kb; q++)
+    for (int64_t p = 0; p < 16; p++) {
+      uint16_t h2[2][48] __attribute__((aligned(64))), l2[2][48] __attribute__((aligned(64)));
+      for (int e = 0; e < 2; e++) {
+        const int64_t r = q * 32 + 2 * p + e;
+        if (r < k)
+          for (int x = 0; x < 48; x += 16)
+            lumos_split16(_mm512_loadu_ps(pd + koff[r] + j0 + x), h2[e] + x, l2[e] + x);
+        else {
+          memset(h2[e], 0, sizeof h2[e]);
+          memset(l2[e], 0, sizeof l2[e]);
+        }
+      }
+      for (int ct = 0; ct < 3; ct++) /* 16 columns: their pairs of k rows, 16 words */
+        for (int part = 0; part < 2; part++) {
+          uint16_t(*x)[48] = part ? l2 : h2;
+          const __m512i r0 = _mm512_cvtepu16_epi32(_mm256_loadu_si256((__m256i *)(x[0] + 16 * ct)));
+          const __m512i r1 = _mm512_cvtepu16_epi32(_mm256_loadu_si256((__m256i *)(x[1] + 16 * ct)));
+          _mm512_store_si512(bp + ((q * 2 + part) * 3 + ct) * 512 + p * 32,
+                             _mm512_or_si512(r0, _mm512_slli_epi32(r1, 16)));
+        }
+    }
+  lumos_tilecfg cfg;
+  memset(&cfg, 0, sizeof cfg);
+  cfg.palette = 1;
+  for (int t = 0; t < 8; t++) {
+    cfg.colsb[t] = 64;
+    cfg.rows[t] = 16;
+  }
+  _tile_loadconfig(&cfg);
+  float t[16][48] __attribute__((aligned(64)));
+  for (int64_t i0 = 0; i0 < m; i0 += 16) {
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_zero(2);
+    const uint16_t *a = aq + i0 / 16 * kb * 1024;
+    for (int64_t q = 0; q < kb; q++) {
+      const uint16_t *x = a + q * 1024, *y = bp + q * 3072;
+      _tile_loadd(3, x, 64); /* Ahi Bhi */
+      _tile_loadd(5, y, 64);
+      _tile_loadd(6, y + 512, 64);
+      _tile_loadd(7, y + 1024, 64);
+      _tile_dpbf16ps(0, 3, 5);
+      _tile_dpbf16ps(1, 3, 6);
+      _tile_dpbf16ps(2, 3, 7);
+      _tile_loadd(4, x + 512, 64); /* Alo Bhi */
+      _tile_dpbf16ps(0, 4, 5);
+      _tile_dpbf16ps(1, 4, 6);
+      _tile_dpbf16ps(2, 4, 7);
+      _tile_loadd(5, y + 1536, 64); /* Ahi Blo */
+      _tile_loadd(6, y + 2048, 64);
+      _tile_loadd(7, y + 2560, 64);
+      _tile_dpbf16ps(0, 3, 5);
+      _tile_dpbf16ps(1, 3, 6);
+      _tile_dpbf16ps(2, 3, 7);
+    }
+    _tile_stored(0, t[0], 192);
+    _tile_stored(1, t[0] + 16, 192);
+    _tile_stored(2, t[0] + 32, 192);
+    const int64_t mr = m - i0 < 16 ? m - i0 : 16;
+    for (int64_t l = 0; l < nr;) {
+      const int64_t row = (j0 + l) / pw, col = (j0 + l) % pw;
+      const int64_t run = pw - col < nr - l ? pw - col : nr - l;
+      const int64_t keep = w - col < run ? w - col : run;
+      for (int64_t i = 0; i < mr && keep > 0; i++)
+        memcpy(c + (i0 + i) * ldc + row * w + col, t[i] + l, (size_t)keep * sizeof(float));
+      l += run;
+    }
+  }
+  _tile_release();
+}
 #else
 void lumos_gemm_amx(int ta, int tb, int64_t m, int64_t n, int64_t k, const float *a,
                     int64_t lda, const float *b, int64_t ldb, float *c, int64_t ldc) {
   lumos_cblas(ta, tb, m, n, k, a, lda, b, ldb, c, ldc);
+}
+int lumos_amx_ready(void) { return 0; }
+int64_t lumos_amx_a_size(int64_t m, int64_t k) { return 0; }
+void lumos_amx_pack_a(int64_t m, int64_t k, const float *a, int64_t sam, int64_t sak,
+                      uint16_t *aq) {}
+void lumos_amx_windows(int64_t m, int64_t k, const uint16_t *aq, const float *pd,
+                       const int64_t *koff, int64_t j0, int64_t j, int64_t w, int64_t pw,
+                       float *c, int64_t ldc) {
+  abort(); /* (callers check lumos_amx_ready) */
 }
 #endif
 """
@@ -2057,15 +2169,19 @@ class _Codegen:
         of 48 padded columns (`lumos_gemm_windows`)."""
         w = self.windows_code(n, pack)
         cstep = f" + zg * {w.c(w.gm.c_steps[0])}" if w.gm.batch else ""
+        args = (f"pd, koff, zj * 48, {w.cols}, {w.width}, {w.c(w.wp)}, out{cstep}, "
+                f"{w.c(w.gm.ldc)});")
+        call = [f"lumos_gemm_windows({w.m}, {w.k}, ap, {args}"]
+        if pack.amx:  # (bf16x3: KGemmWindowsAmx)
+            self.used_amx = True
+            call = [f"if (amx) lumos_amx_windows({w.m}, {w.k}, aq, {args}", "else", *call]
         return [
             "{", *w.setup,
             f"#pragma omp parallel if({w.work} >= 131072) num_threads(lumos_threads())", "{",
             f"for (int64_t zg = 0; zg < {w.batches}; zg++) {{",
             *w.copy,
             "#pragma omp for schedule(static)",
-            f"for (int64_t zj = 0; zj < ({w.cols} + 47) / 48; zj++)",
-            f"lumos_gemm_windows({w.m}, {w.k}, ap, pd, koff, zj * 48, {w.cols}, {w.width}, "
-            f"{w.c(w.wp)}, out{cstep}, {w.c(w.gm.ldc)});",
+            f"for (int64_t zj = 0; zj < ({w.cols} + 47) / 48; zj++)", "{", *call, "}",
             "}", "}", "}"]
 
     def windows_code(self, n: Node, pack: Pack) -> _WindowsCode:
@@ -2133,6 +2249,12 @@ class _Codegen:
             f"for (int64_t p = 0; p < {k}; p++)", "for (int64_t i = 0; i < 8; i++)",
             f"ap[(s * {k} + p) * 8 + i] = s * 8 + i < {mm} ? "
             f"{optr}[{c(other.offset)} + (s * 8 + i) * {sam} + p * {sak}] : 0.0f;"]
+        if pack.amx:  # ... and again as AMX tiles (bf16x3), where the process has them
+            setup += ["const int amx = lumos_amx_ready();",
+                      f"uint16_t *restrict aq = amx ? (uint16_t *)lumos_tile(3, "
+                      f"(lumos_amx_a_size({mm}, {k}) + 1) / 2) : 0;",
+                      f"if (amx) lumos_amx_pack_a({mm}, {k}, {optr} + {c(other.offset)}, "
+                      f"{sam}, {sak}, aq);"]
         return _WindowsCode(gm, c, setup, copy, mm, k, wp, c(batches),
                             c(shape[lead] * wp if lead is not None else wp), c(shape[last]),
                             c(shape[lead]) if lead is not None else "1",

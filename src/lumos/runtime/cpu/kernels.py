@@ -41,7 +41,7 @@ RULES = LOWER + Rules((), (Stage(bounded=("fuse",), rounds=FUSE_ROUNDS),))  # wi
 ELEMENTWISE = (*UNARY, *BINARY, "Cast")
 EXECUTABLE = frozenset({"Root", "Input", "Constant", "Iota", "Gather", "Scatter", "KMap",
                         "KSumReduce", "KMaxReduce", "KOutput", "KGemm", "KGemmOwn", "KGemmAmx",
-                        "KGemmPack", "KGemmWindows", "ELoad",
+                        "KGemmPack", "KGemmWindows", "KGemmWindowsAmx", "ELoad",
                         "EMaxReduce", "EGemm", "EGemmOwn", "EGemmWindows", "ERows",
                         *(f"E{op}" for op in ELEMENTWISE)})
 SHORT_AXIS = 16  # an inlined max reduction's axis: a constant length up to this
@@ -130,6 +130,7 @@ class Pack:
     shape: tuple[Expr, ...]
     panels: bool  # the block's product by lumos' own kernel (B only), not OpenBLAS
     windows: bool  # B: a convolution's windows read where they lie (`windows`), not packed
+    amx: bool = False  # ... multiplied as bf16x3 on AMX tiles (KGemmWindowsAmx)
 
 
 @dataclass(frozen=True)
@@ -578,7 +579,7 @@ def cpu_space(space: SearchSpace, bounds: Mapping | None = None, amx: bool = Fal
     decided: dict[tuple, bool] = {}  # (KGemm or EGemm, fields): the twins share one
 
     def ok(n: ENode) -> bool:
-        if n.op == "KGemmAmx" and not amx:
+        if n.op in ("KGemmAmx", "KGemmWindowsAmx") and not amx:
             return False
         if n.op in ("KGemm", "KGemmOwn", "KGemmAmx", "EGemm", "EGemmOwn"):
             key = (n.op.removesuffix("Own").removesuffix("Amx"), n.fields)
@@ -589,7 +590,7 @@ def cpu_space(space: SearchSpace, bounds: Mapping | None = None, amx: bool = Fal
             gm = gemm(gemm_views(n, b), n.fields[1], b)
             return gm is not None and packing(gm, n.fields[5], n.fields[6], b) is not None \
                 and (not n.fields[7] or gm.b.input == n.fields[5] and not gm.b.trans)
-        if n.op == "KGemmWindows":
+        if n.op in ("KGemmWindows", "KGemmWindowsAmx"):
             gm = gemm(gemm_views(n, b), n.fields[1], b)
             return gm is not None and windows(gm, 1, n.fields[5], n.fields[6], b) is not None
         if n.op == "EGemmWindows":
@@ -706,12 +707,13 @@ def from_genome(space: SearchSpace, choice: Mapping[int, int] | Sequence[int],
             built[c] = k.add(Node("Gemm", tuple(dict.fromkeys((other, *loads(packed)))),
                                   gemm_views(n, bounds), f[0], k.nodes[other].dtype, axis=f[1]))
             k.packs[built[c]] = Pack(side, packed, f[6], bool(f[7]), False)
-        elif n.op == "KGemmWindows":  # inputs: A, then the buffer whose windows B copies
-            x = built[n.children[1]]
+        elif n.op in ("KGemmWindows", "KGemmWindowsAmx"):  # inputs: A, then the buffer
+            x = built[n.children[1]]                       # whose windows B copies
             other = built[n.children[0]]
             built[c] = k.add(Node("Gemm", tuple(dict.fromkeys((other, x))), gemm_views(n, bounds),
                                   f[0], k.nodes[other].dtype, axis=f[1]))
-            k.packs[built[c]] = Pack(1, Load(x, f[6]), f[5], False, True)
+            k.packs[built[c]] = Pack(1, Load(x, f[6]), f[5], False, True,
+                                     n.op == "KGemmWindowsAmx")
         elif n.op in ("Input", "Constant", "Iota"):
             value = text_value(f[2]) if n.op == "Constant" else None
             built[c] = k.add(Node(n.op, (), (), f[0], as_dtype(f[1]),
@@ -925,8 +927,9 @@ def seeds(space: SearchSpace, env: Mapping[str, int],
                    for m in space.classes[c])
 
     def packed(c: int, n: ENode) -> bool:  # a copy read only by this product: not stored
-        side, bsh = (1, n.fields[5]) if n.op == "KGemmWindows" else n.fields[5:7]
-        other = n.children[0 if n.op == "KGemmWindows" else 1 - side]
+        win_op = n.op.startswith("KGemmWindows")
+        side, bsh = (1, n.fields[5]) if win_op else n.fields[5:7]
+        other = n.children[0 if win_op else 1 - side]
         f = next(g.children[side] for g in space.classes[c]  # (a commuted product: the other)
                  if g.op == "KGemm" and g.children[1 - side] == other)
         if n.op == "KGemmPack" and any(m.op == "KMaxReduce" for m in space.classes[f]):
@@ -940,7 +943,7 @@ def seeds(space: SearchSpace, env: Mapping[str, int],
         gm = gemm(gemm_views(n, sizes), n.fields[1], sizes)
         short = gm is not None and _numel((gm.k,), env) <= PANELS_MAX_K
         wide = gm is not None and _numel((gm.n,), env) >= WINDOWS_MIN_COLUMNS
-        if n.op == "KGemmWindows":
+        if win_op:
             return wide
         win = wide and any(m.op == "KGemmWindows" for m in space.classes[c])
         panels = short and any(m.op == "KGemmPack" and m.fields[7] for m in space.classes[c])
@@ -1009,8 +1012,9 @@ def seeds(space: SearchSpace, env: Mapping[str, int],
             if n.op == "KGemmAmx":
                 return blas * (2.0 if amx(gemm(gemm_views(n, sizes), n.fields[1], sizes))
                                else 0.5)
-            if n.op in ("KGemmPack", "KGemmWindows"):
-                return 2 * blas if blas < 0 and packed(c, n) else 1.0
+            if n.op in ("KGemmPack", "KGemmWindows", "KGemmWindowsAmx"):
+                amx_first = 1.5 if n.op == "KGemmWindowsAmx" else 1.0  # (where offered)
+                return 2 * amx_first * blas if blas < 0 and packed(c, n) else 1.0
             if n.op.startswith("E") and any(m.op == "ELoad" for m in space.classes[c]):
                 rows_read = next((m for m in space.classes[c] if m.op == "ERows"), None)
                 if blas < 0 and rows_read is not None and in_rows(rows_read.children[0]):
