@@ -314,6 +314,20 @@ static void lumos_gemm_panels(int64_t m, int64_t n, int64_t k, const float *a, i
    which C keeps the first `w`). The 48 padded columns from j0 (of j) by all m rows, 8 at a
    time in 24 vector registers, A packed as strips of k columns of 8 rows (`ap`); each
    tile's rows then stored to C in runs that skip the padding. */
+/* rows [i0, i0 + mr) of a windows panel (t: `ldt` floats a row, its nr padded columns
+   from j0, images `pw` padded columns wide) to c, the padded columns (from w on) dropped */
+static inline void lumos_windows_out(const float *t, int64_t ldt, int64_t i0, int64_t mr,
+                                     int64_t j0, int64_t nr, int64_t w, int64_t pw, float *c,
+                                     int64_t ldc) {
+  for (int64_t l = 0; l < nr;) {
+    const int64_t row = (j0 + l) / pw, col = (j0 + l) % pw;
+    const int64_t run = pw - col < nr - l ? pw - col : nr - l;
+    const int64_t keep = w - col < run ? w - col : run;
+    for (int64_t i = 0; i < mr && keep > 0; i++)
+      memcpy(c + (i0 + i) * ldc + row * w + col, t + i * ldt + l, (size_t)keep * sizeof(float));
+    l += run;
+  }
+}
 static void lumos_gemm_windows(int64_t m, int64_t k, const float *ap, const float *pd,
                                const int64_t *koff, int64_t j0, int64_t j, int64_t w,
                                int64_t pw, float *c, int64_t ldc) {
@@ -346,14 +360,7 @@ static void lumos_gemm_windows(int64_t m, int64_t k, const float *ap, const floa
     float t[8][48];
     for (int i = 0; i < 8; i++)
       for (int q = 0; q < 3; q++) *(lumos_f32x16u *)(t[i] + 16 * q) = acc[i][q];
-    for (int64_t l = 0; l < nr;) {
-      const int64_t row = (j0 + l) / pw, col = (j0 + l) % pw;
-      const int64_t run = pw - col < nr - l ? pw - col : nr - l;
-      const int64_t keep = w - col < run ? w - col : run;
-      for (int64_t i = 0; i < mr && keep > 0; i++)
-        memcpy(c + (i0 + i) * ldc + row * w + col, t[i] + l, (size_t)keep * sizeof(float));
-      l += run;
-    }
+    lumos_windows_out(t[0], 48, i0, mr, j0, nr, w, pw, c, ldc);
   }
 }
 #endif
@@ -684,6 +691,38 @@ static inline void lumos_split32(const float *p, int64_t step, int64_t n, uint16
   lumos_split16(_mm512_load_ps(t), hi, lo);
   lumos_split16(_mm512_load_ps(t + 16), hi + 16, lo + 16);
 }
+/* 16 columns of two k rows, bf16, as the tiles' 16 words of pairs (one 64-byte row) */
+static inline void lumos_pairs16(const uint16_t *even, const uint16_t *odd, uint16_t *dst) {
+  const __m512i e = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)even));
+  const __m512i o = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)odd));
+  _mm512_store_si512(dst, _mm512_or_si512(e, _mm512_slli_epi32(o, 16)));
+}
+/* C tiles 0-3 += A tiles 4, 5 (rows) by B tiles 6, 7 (columns); C tiles 0-2 += A tile
+   A by B tiles 5-7 */
+#define LUMOS_AMX_2X2()                                                                    \
+  do {                                                                                     \
+    _tile_dpbf16ps(0, 4, 6);                                                               \
+    _tile_dpbf16ps(1, 4, 7);                                                               \
+    _tile_dpbf16ps(2, 5, 6);                                                               \
+    _tile_dpbf16ps(3, 5, 7);                                                               \
+  } while (0)
+#define LUMOS_AMX_1X3(A)                                                                   \
+  do {                                                                                     \
+    _tile_dpbf16ps(0, A, 5);                                                               \
+    _tile_dpbf16ps(1, A, 6);                                                               \
+    _tile_dpbf16ps(2, A, 7);                                                               \
+  } while (0)
+/* every tile 16 rows of 64 bytes */
+static inline void lumos_amx_config(void) {
+  lumos_tilecfg cfg;
+  memset(&cfg, 0, sizeof cfg);
+  cfg.palette = 1;
+  for (int t = 0; t < 8; t++) {
+    cfg.colsb[t] = 64;
+    cfg.rows[t] = 16;
+  }
+  _tile_loadconfig(&cfg);
+}
 static __thread uint16_t *lumos_amx_p[2];
 static __thread int64_t lumos_amx_n[2];
 static uint16_t *lumos_amx_scratch(int j, int64_t n) {
@@ -739,26 +778,13 @@ void lumos_gemm_amx(int ta, int tb, int64_t m, int64_t n, int64_t k, const float
           for (int e = 0; e < 2; e++)
             lumos_split32(b + (kk + 2 * p + e) * ldb + j0, 1, 2 * p + e < d ? w : 0, h2[e],
                           l2[e]);
-          for (int half = 0; half < 2; half++) /* 16 columns: their pairs, 16 words */
-            for (int part = 0; part < 2; part++) {
-              uint16_t(*x)[32] = part ? l2 : h2;
-              const __m512i lo16 = _mm512_cvtepu16_epi32(
-                  _mm256_load_si256((__m256i *)(x[0] + 16 * half)));
-              const __m512i hi16 = _mm512_cvtepu16_epi32(
-                  _mm256_load_si256((__m256i *)(x[1] + 16 * half)));
-              _mm512_store_si512(h + part * 1024 + half * 512 + p * 32,
-                                 _mm512_or_si512(lo16, _mm512_slli_epi32(hi16, 16)));
-            }
+          for (int half = 0; half < 2; half++) {
+            lumos_pairs16(h2[0] + 16 * half, h2[1] + 16 * half, h + half * 512 + p * 32);
+            lumos_pairs16(l2[0] + 16 * half, l2[1] + 16 * half, h + 1024 + half * 512 + p * 32);
+          }
         }
     }
-  lumos_tilecfg cfg;
-  memset(&cfg, 0, sizeof cfg);
-  cfg.palette = 1;
-  for (int t = 0; t < 8; t++) {
-    cfg.colsb[t] = 64;
-    cfg.rows[t] = 16;
-  }
-  _tile_loadconfig(&cfg);
+  lumos_amx_config();
   float part[256] __attribute__((aligned(64)));
   /* A in blocks of rows (512 KiB packed, 128 rows at least: in L2), each multiplied by
      every panel of B, which is read again from L3 for each block (harness, 2 threads,
@@ -794,24 +820,15 @@ void lumos_gemm_amx(int ta, int tb, int64_t m, int64_t n, int64_t k, const float
           _tile_loadd(5, x1, 64);
           _tile_loadd(6, y, 64);
           _tile_loadd(7, y + 512, 64);
-          _tile_dpbf16ps(0, 4, 6);
-          _tile_dpbf16ps(1, 4, 7);
-          _tile_dpbf16ps(2, 5, 6);
-          _tile_dpbf16ps(3, 5, 7);
+          LUMOS_AMX_2X2();
           _tile_loadd(4, x0 + 512, 64); /* Alo Bhi */
           _tile_loadd(5, x1 + 512, 64);
-          _tile_dpbf16ps(0, 4, 6);
-          _tile_dpbf16ps(1, 4, 7);
-          _tile_dpbf16ps(2, 5, 6);
-          _tile_dpbf16ps(3, 5, 7);
+          LUMOS_AMX_2X2();
           _tile_loadd(4, x0, 64); /* Ahi Blo */
           _tile_loadd(5, x1, 64);
           _tile_loadd(6, y + 1024, 64);
           _tile_loadd(7, y + 1536, 64);
-          _tile_dpbf16ps(0, 4, 6);
-          _tile_dpbf16ps(1, 4, 7);
-          _tile_dpbf16ps(2, 5, 6);
-          _tile_dpbf16ps(3, 5, 7);
+          LUMOS_AMX_2X2();
         }
         const int64_t i0 = r0 + it * 16, j0 = jp * 32;
         LUMOS_AMX_STORE(0, i0, j0)
@@ -858,23 +875,12 @@ void lumos_amx_windows(int64_t m, int64_t k, const uint16_t *aq, const float *pd
           memset(l2[e], 0, sizeof l2[e]);
         }
       }
-      for (int ct = 0; ct < 3; ct++) /* 16 columns: their pairs of k rows, 16 words */
-        for (int part = 0; part < 2; part++) {
-          uint16_t(*x)[48] = part ? l2 : h2;
-          const __m512i r0 = _mm512_cvtepu16_epi32(_mm256_loadu_si256((__m256i *)(x[0] + 16 * ct)));
-          const __m512i r1 = _mm512_cvtepu16_epi32(_mm256_loadu_si256((__m256i *)(x[1] + 16 * ct)));
-          _mm512_store_si512(bp + ((q * 2 + part) * 3 + ct) * 512 + p * 32,
-                             _mm512_or_si512(r0, _mm512_slli_epi32(r1, 16)));
-        }
+      for (int ct = 0; ct < 3; ct++) {
+        lumos_pairs16(h2[0] + 16 * ct, h2[1] + 16 * ct, bp + (q * 6 + ct) * 512 + p * 32);
+        lumos_pairs16(l2[0] + 16 * ct, l2[1] + 16 * ct, bp + (q * 6 + 3 + ct) * 512 + p * 32);
+      }
     }
-  lumos_tilecfg cfg;
-  memset(&cfg, 0, sizeof cfg);
-  cfg.palette = 1;
-  for (int t = 0; t < 8; t++) {
-    cfg.colsb[t] = 64;
-    cfg.rows[t] = 16;
-  }
-  _tile_loadconfig(&cfg);
+  lumos_amx_config();
   float t[16][48] __attribute__((aligned(64)));
   for (int64_t i0 = 0; i0 < m; i0 += 16) {
     _tile_zero(0);
@@ -887,32 +893,18 @@ void lumos_amx_windows(int64_t m, int64_t k, const uint16_t *aq, const float *pd
       _tile_loadd(5, y, 64);
       _tile_loadd(6, y + 512, 64);
       _tile_loadd(7, y + 1024, 64);
-      _tile_dpbf16ps(0, 3, 5);
-      _tile_dpbf16ps(1, 3, 6);
-      _tile_dpbf16ps(2, 3, 7);
+      LUMOS_AMX_1X3(3);
       _tile_loadd(4, x + 512, 64); /* Alo Bhi */
-      _tile_dpbf16ps(0, 4, 5);
-      _tile_dpbf16ps(1, 4, 6);
-      _tile_dpbf16ps(2, 4, 7);
+      LUMOS_AMX_1X3(4);
       _tile_loadd(5, y + 1536, 64); /* Ahi Blo */
       _tile_loadd(6, y + 2048, 64);
       _tile_loadd(7, y + 2560, 64);
-      _tile_dpbf16ps(0, 3, 5);
-      _tile_dpbf16ps(1, 3, 6);
-      _tile_dpbf16ps(2, 3, 7);
+      LUMOS_AMX_1X3(3);
     }
     _tile_stored(0, t[0], 192);
     _tile_stored(1, t[0] + 16, 192);
     _tile_stored(2, t[0] + 32, 192);
-    const int64_t mr = m - i0 < 16 ? m - i0 : 16;
-    for (int64_t l = 0; l < nr;) {
-      const int64_t row = (j0 + l) / pw, col = (j0 + l) % pw;
-      const int64_t run = pw - col < nr - l ? pw - col : nr - l;
-      const int64_t keep = w - col < run ? w - col : run;
-      for (int64_t i = 0; i < mr && keep > 0; i++)
-        memcpy(c + (i0 + i) * ldc + row * w + col, t[i] + l, (size_t)keep * sizeof(float));
-      l += run;
-    }
+    lumos_windows_out(t[0], 48, i0, m - i0 < 16 ? m - i0 : 16, j0, nr, w, pw, c, ldc);
   }
   _tile_release();
 }
