@@ -53,9 +53,8 @@ SEEDED_SEARCH = 2  # the CPU runtime's two seed programs (fused; fused + BLAS)
 
 def compile_options(args: argparse.Namespace) -> Any:
     """The CompileOptions of `--search N`, `--flush-denormals` and `--matmul-precision`
-    (None: the runtime's
-    default: on the CPU runtime a search timing its seed programs, whose result the
-    artifact cache keeps; 0: no search)."""
+    (None: the runtime's default: on the CPU runtime a search timing its seed programs,
+    whose result the artifact cache keeps; 0: no search)."""
     from lumos.search import CompileOptions
 
     cpu = args.runtime == "cpu"

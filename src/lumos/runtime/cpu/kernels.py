@@ -572,9 +572,9 @@ def from_graph(g: Graph) -> Kernels:
 
 def cpu_space(space: SearchSpace, bounds: Mapping | None = None, amx: bool = False) -> SearchSpace:
     """The e-nodes the CPU executes (a KGemm only where `gemm` has a layout for it, under
-    the dims' `bounds`; a KGemmAmx only if `amx`: bf16x3 products allowed and the CPU able
-    to run them), each class's buffer read (ELoad) and loop kernels first: the baseline
-    genome is the program without fusion or BLAS."""
+    the dims' `bounds`; KGemmAmx and KGemmWindowsAmx only if `amx`: bf16x3 products
+    allowed and the CPU able to run them), each class's buffer read (ELoad) and loop
+    kernels first: the baseline genome is the program without fusion or BLAS."""
     b = bounds or {}
     decided: dict[tuple, bool] = {}  # (KGemm or EGemm, fields): the twins share one
 
@@ -821,8 +821,8 @@ def seeds(space: SearchSpace, env: Mapping[str, int],
     transposed and A short (`ROWS_MAX_M`); any other of `AMX_MIN_MACS` or more is a
     bf16x3 product (KGemmAmx) where the space has them, and so is a windows product
     (KGemmWindowsAmx: the CNN's convolutions of 32 -> 64, 64 -> 128 and 128 -> 256
-    channels 11.7, 11.9, 12.5 -> 11.0, 6.1, 5.3 ms). `env` gives the dims' sizes; `genomes`, the
-    space's Genomes if the caller made one. The search times the seeds like any other
+    channels 11.7, 11.9, 12.5 -> 11.0, 6.1, 5.3 ms). `env` gives the dims' sizes;
+    `genomes`, the space's Genomes if the caller made one. The search times the seeds like any other
     candidate."""
     readers: dict[int, int] = {}  # producer class -> kernels reading its buffer (HLIR edges)
     for nodes in space.classes:
