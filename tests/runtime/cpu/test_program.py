@@ -313,6 +313,30 @@ def test_a_slow_unit_holds_one_job_not_the_queue(tmp_path: Path,
     slow = next(o for o in (tmp_path / "cpu").glob("*.o") if b"k_slow" in o.read_bytes())
     assert len(starts) == 5 and max(starts[1:]) < slow.stat().st_mtime  # (written at its end)
 
+@pytest.mark.parametrize("unit", ["OWN_GEMM", "AMX_GEMM"])
+def test_a_kernel_reused_from_a_batch_loads_without_its_batchmates_units(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, unit: str) -> None:
+    """Kernels compile in batches, one object each, and a later program reuses a kernel
+    from such a batch: another kernel of that batch calling lumos' own or AMX product
+    (units the later program does not link) must not keep the later one from loading
+    (a high-precision compile's kernels, then a float program's, in one cache)."""
+    from lumos.runtime.cpu import codegen
+
+    monkeypatch.setenv("LUMOS_CACHE", str(tmp_path))
+    monkeypatch.setenv("LUMOS_CC_JOBS", "1")  # two batches: units 0 and 2, then unit 1
+    head = codegen.BLAS + codegen.PRELUDE
+    call = "lumos_sgemm_own" if unit == "OWN_GEMM" else "lumos_sgemm_amx"
+    calls = (head, f"void k_calls(const float *a, float *c) {{ {call}(0, 0, 1, 1, 1, a, 1, "
+                   "a, 1, c, 1); }\n")
+    plain = (head, "int k_plain(void) { return 1; }\n")
+    cc_module.load(cc_module.compile_units(
+        [calls, (head, "int k_other(void) { return 2; }\n"), plain,
+         head + getattr(codegen, unit)]))
+    later = cc_module.load(cc_module.compile_units([plain, (head, "int k_more(void) "
+                                                                  "{ return 3; }\n")]))
+    assert later.k_plain() == 1
+
+
 def test_compile_error_names_the_source() -> None:
     with pytest.raises(CompileError, match=r"generated source .*\.c") as info:
         cc_module.compile_source("this is not C;\n")

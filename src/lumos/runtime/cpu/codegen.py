@@ -188,21 +188,25 @@ static const int64_t lumos_zero_row[2048] __attribute__((aligned(64))); /* BLOCK
 extern int lumos_nt; /* the thread count, set by the driver's lumos_set_threads */
 static inline int lumos_threads(void) { return lumos_nt > 0 ? lumos_nt : omp_get_max_threads(); }
 #ifdef LUMOS_BLAS
-/* lumos' own single-threaded product (OWN_GEMM: a unit of its own, compiled once) */
-void lumos_gemm_own(int ta, int tb, int64_t m, int64_t n, int64_t k, const float *a,
-                    int64_t lda, const float *b, int64_t ldb, float *c, int64_t ldc);
+/* lumos' own single-threaded product (OWN_GEMM: a unit of its own, compiled once). These
+   units' functions are weak here: a kernel compiled in one object with others (cc's
+   batches) may be linked, for them, into a program that never calls it and so lacks
+   its unit; the reference then resolves to nothing instead of failing the load */
+#define LUMOS_UNIT __attribute__((weak))
+LUMOS_UNIT void lumos_gemm_own(int ta, int tb, int64_t m, int64_t n, int64_t k, const float *a,
+                               int64_t lda, const float *b, int64_t ldb, float *c, int64_t ldc);
 /* ... and its bf16x3 products on AMX tiles (AMX_GEMM: a unit of its own, compiled once):
    a whole product; a convolution's windows product (lumos_amx_windows, on A packed by
    lumos_amx_pack_a into `lumos_amx_a_size(m, k)` uint16s), where lumos_amx_ready() */
-void lumos_gemm_amx(int ta, int tb, int64_t m, int64_t n, int64_t k, const float *a,
-                    int64_t lda, const float *b, int64_t ldb, float *c, int64_t ldc);
-int lumos_amx_ready(void);
-int64_t lumos_amx_a_size(int64_t m, int64_t k);
-void lumos_amx_pack_a(int64_t m, int64_t k, const float *a, int64_t sam, int64_t sak,
-                      uint16_t *aq);
-void lumos_amx_windows(int64_t m, int64_t k, const uint16_t *aq, const float *pd,
-                       const int64_t *koff, int64_t j0, int64_t j, int64_t w, int64_t pw,
-                       float *c, int64_t ldc);
+LUMOS_UNIT void lumos_gemm_amx(int ta, int tb, int64_t m, int64_t n, int64_t k, const float *a,
+                               int64_t lda, const float *b, int64_t ldb, float *c, int64_t ldc);
+LUMOS_UNIT int lumos_amx_ready(void);
+LUMOS_UNIT int64_t lumos_amx_a_size(int64_t m, int64_t k);
+LUMOS_UNIT void lumos_amx_pack_a(int64_t m, int64_t k, const float *a, int64_t sam,
+                                 int64_t sak, uint16_t *aq);
+LUMOS_UNIT void lumos_amx_windows(int64_t m, int64_t k, const uint16_t *aq, const float *pd,
+                                  const int64_t *koff, int64_t j0, int64_t j, int64_t w,
+                                  int64_t pw, float *c, int64_t ldc);
 static inline void lumos_cblas(int ta, int tb, int64_t m, int64_t n, int64_t k, const float *a,
                                int64_t lda, const float *b, int64_t ldb, float *c,
                                int64_t ldc) {
