@@ -796,15 +796,10 @@ void lumos_gemm_amx(int ta, int tb, int64_t m, int64_t n, int64_t k, const float
   const int64_t rb = LUMOS_MAX(128, (131072 / LUMOS_MAX(kb * 32, 1)) & ~31);
   uint16_t *ap = lumos_amx_scratch(0, rb / 16 * kb * 1024);
   for (int64_t r0 = 0; r0 < m; r0 += rb) {
-    const int64_t mt = ((m - r0 < rb ? m - r0 : rb) + 15) / 16;
-    /* A: per 16 rows, per 32 k: a tile hi, then a tile lo (an odd last one's partner: 0) */
-    for (int64_t i = 0; i < (mt + 1) / 2 * 32; i++)
-      for (int64_t q = 0; q < kb; q++) {
-        uint16_t *h = ap + ((i / 16 * kb + q) * 2 * 16 + i % 16) * 32;
-        const int64_t w = r0 + i < m ? (k - q * 32 < 32 ? k - q * 32 : 32) : 0;
-        lumos_split32(ta ? a + q * 32 * lda + r0 + i : a + (r0 + i) * lda + q * 32,
-                      ta ? lda : 1, w, h, h + 512);
-      }
+    const int64_t rows = m - r0 < rb ? m - r0 : rb, mt = (rows + 15) / 16;
+    lumos_amx_pack_a(rows, k, ta ? a + r0 : a + r0 * lda, ta ? 1 : lda, ta ? lda : 1, ap);
+    if (mt % 2) /* an odd last tile's partner: zeros */
+      memset(ap + mt * kb * 1024, 0, (size_t)kb * 1024 * sizeof(uint16_t));
     for (int64_t jp = 0; jp < np; jp++)
       for (int64_t it = 0; it < mt; it += 2) {
         _tile_zero(0);
