@@ -527,19 +527,22 @@ def test_a_kernel_computes_the_windows_product_it_reads_in_bands(
     assert ("for (int64_t zq = 0; zq < NB; zq++)" in checked_source(g, program)) == banded
 
 
-def test_the_blas_seed_runs_a_short_convolution_in_its_pool() -> None:
-    """The seed fuses a convolution into the pool reading it where k is short (the
-    3-channel stem: memory-bound), not where it is long."""
-    for c_in, size, fused in ((3, 224, True), (32, 112, False)):
+def test_the_blas_seed_runs_a_convolution_in_its_pool() -> None:
+    """The seed fuses a convolution into the pool reading it (its output never stored),
+    except a long one where the space offers it as bf16x3 (KGemmWindowsAmx: whole, its
+    bands being float); a short one (the 3-channel stem: memory-bound) even then."""
+    for c_in, size, amx, fused in ((3, 224, False, True), (32, 112, False, True),
+                                   (3, 224, True, True), (32, 112, True, False)):
         g = lumos.Graph()
         x = g.tensor((1, c_in, size, size), lumos.f32, "x")
         y = conv2d(x, g.tensor((32, c_in, 3, 3), lumos.f32, "w"), padding=1)
         lumos.max_pool2d(lumos.relu(y), 2).output()
         (space,) = build_spaces(g, [{}], RULES)
-        space = cpu_space(space)
+        space = cpu_space(space, amx=amx)
         genome = Genomes(space).preferring(seeds(space, {})[0], random.Random(0))
         ops = [space.classes[c][i].op for c, i in genome.items()]
-        assert ("EGemmWindows" in ops) == fused and ("KGemmWindows" in ops) != fused
+        assert ("EGemmWindows" in ops) == fused
+        assert ("KGemmWindowsAmx" if amx else "KGemmWindows") in ops or fused
 
 
 # -- a kernel computed in bands by the kernel reading it (lower_cpu.egg's ERows) ----------

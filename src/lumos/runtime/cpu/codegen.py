@@ -262,6 +262,17 @@ typedef float lumos_f32x16u __attribute__((vector_size(64), aligned(4)));
    keep -0.0 apart from 0.0, then broadcasts from a register on the port the FMAs need) */
 #define LUMOS_SPLAT_F32X16(x) __extension__({ const float x_ = (x); \
   (lumos_f32x16){x_, x_, x_, x_, x_, x_, x_, x_, x_, x_, x_, x_, x_, x_, x_, x_}; })
+/* the first n (1..16) of 16 floats stored */
+#if defined(__AVX512F__) && defined(LUMOS_X86_BUILTINS)
+#define LUMOS_STORE_F32X16_FIRST(p, v, n) \
+  __builtin_ia32_storeups512_mask((p), (v), (unsigned short)((1u << (n)) - 1))
+#elif defined(__AVX512F__)
+#define LUMOS_STORE_F32X16_FIRST(p, v, n) \
+  _mm512_mask_storeu_ps((p), (__mmask16)((1u << (n)) - 1), (__m512)(v))
+#else
+#define LUMOS_STORE_F32X16_FIRST(p, v, n) \
+  do { for (int64_t j_ = 0; j_ < (n); j_++) (p)[j_] = (v)[j_]; } while (0)
+#endif
 #if defined(__AVX512F__)
 #define LUMOS_PANELS 1
 /* C = A B for a block that a product packed itself (kernels.Pack.panels; B: k x n,
@@ -343,7 +354,7 @@ static void lumos_gemm_windows(int64_t m, int64_t k, const float *ap, const floa
     lumos_f32x16 acc[8][3];
     /* the next panel's rows of C into L2 (written after its k steps: a store to a line not
        cached waits for it; 12% of a 112x112 32->64 convolution) */
-    for (int64_t l = 48; l < 96 && j0 + l < j; l += 15) {
+    for (int64_t l = 48; l < 96 && j0 + l < j && w < pw; l += 15) {
       const int64_t row = (j0 + l) / pw, col = (j0 + l) % pw;
       for (int64_t i = 0; i < mr && col < w; i++)
         __builtin_prefetch(c + (i0 + i) * ldc + row * w + col, 1, 2);
@@ -360,6 +371,13 @@ static void lumos_gemm_windows(int64_t m, int64_t k, const float *ap, const floa
         acc[i][1] = LUMOS_FMA_F32X16(x, b1, acc[i][1]);
         acc[i][2] = LUMOS_FMA_F32X16(x, b2, acc[i][2]);
       }
+    }
+    if (w == pw) { /* the padded columns kept (a band's scratch): C's rows as computed */
+      for (int64_t i = 0; i < mr; i++)
+        for (int q = 0; q < 3 && 16 * q < nr; q++)
+          LUMOS_STORE_F32X16_FIRST(c + (i0 + i) * ldc + j0 + 16 * q, acc[i][q],
+                                   nr - 16 * q < 16 ? nr - 16 * q : 16);
+      continue;
     }
     float t[8][48];
     for (int i = 0; i < 8; i++)
@@ -447,18 +465,7 @@ static inline uint16_t lumos_f64_f16(double x) { /* round to nearest even, once 
 
 # lumos_gemm_own: one translation unit of fixed text after BLAS + PRELUDE, so compiled
 # once and cached (in each kernel's unit its 4 unrolled variants took 0.1-0.2 s to compile)
-OWN_GEMM = r"""/* the first n (1..16) of 16 floats stored */
-#if defined(__AVX512F__) && defined(LUMOS_X86_BUILTINS)
-#define LUMOS_STORE_F32X16_FIRST(p, v, n) \
-  __builtin_ia32_storeups512_mask((p), (v), (unsigned short)((1u << (n)) - 1))
-#elif defined(__AVX512F__)
-#define LUMOS_STORE_F32X16_FIRST(p, v, n) \
-  _mm512_mask_storeu_ps((p), (__mmask16)((1u << (n)) - 1), (__m512)(v))
-#else
-#define LUMOS_STORE_F32X16_FIRST(p, v, n) \
-  do { for (int64_t j_ = 0; j_ < (n); j_++) (p)[j_] = (v)[j_]; } while (0)
-#endif
-/* Columns [0, nr) of C = A B (nr <= 16 NV), all m rows, single-threaded: MR rows at a time
+OWN_GEMM = r"""/* Columns [0, nr) of C = A B (nr <= 16 NV), all m rows, single-threaded: MR rows at a time
    in MR x NV vector registers, each element of A broadcast from where it lies (A(i, p) at
    a[i * sam + p * sak]; the last block's missing rows read row m - 1 again and are not
    stored), B from bp: k rows of 16 NV floats, zero-padded. No copy of A (OpenBLAS copies
@@ -2269,8 +2276,10 @@ class _Codegen:
         hi = max(o for _, o in self.band_reads)
         c = lambda e: self.ren(e).to_c(bounds)  # noqa: E731
         rows_out = c(shape[2])
-        # output rows per band at most: its product rows (padded) in TILE_FLOATS * 2 floats
-        per = f"LUMOS_MAX(1, {TILE_FLOATS * 2} / ({w.m} * {w.c(w.wp)} * {step}))"
+        # output rows per band at most: its product rows (padded) in TILE_FLOATS * 8 floats
+        # (768 KiB, in L2: narrower bands wasted their last panel of 48 columns, a 28x28
+        # 128->256 convolution's 2 rows of 30 two panels of 48: 13.8 -> 18.3 ms banded)
+        per = f"LUMOS_MAX(1, {TILE_FLOATS * 8} / ({w.m} * {w.c(w.wp)} * {step}))"
         w0 = None if work is None else self.ren(work).to_c(bounds)
         return [
             "{", *w.setup,

@@ -958,13 +958,17 @@ def seeds(space: SearchSpace, env: Mapping[str, int],
                 not any(m.op == "EGemmWindows" for m in space.classes[c]):
             return False
         p = load.children[0]
-        # ... where k is short, the product bound by writing its output (a C harness of
-        # conv + relu + 2x2 pool, ms: 224x224 3->32 4.6 -> 3.0); a longer one gains little
-        # there (112x112 32->64 9.8 -> 9.3, 56x56 64->128 9.0 -> 9.2) and nothing in the
-        # CNN (32.9 -> 33.1 ms, median of 3 runs each, its fused kernels more variable)
+        # ... unless it is long and the space has it as bf16x3 (KGemmWindowsAmx, whole: the
+        # bands are float). Where k is short the product is bound by writing its output (a
+        # C harness of conv + relu + 2x2 pool, ms: 224x224 3->32 4.6 -> 3.0); a long one
+        # gains its output's trip to memory and back (on the Xeon, the CNN's conv + batch
+        # norm + relu + pool kernels, ms, stored / banded: 32->64 14.1 / 12.4, 64->128
+        # 13.9 / 11.6, 128->256 13.8 / 13.1; the CNN 44.5 -> 42.2)
         gms = [gemm(gemm_views(m, sizes), m.fields[1], sizes) for m in space.classes[p]
                if m.op == "KGemmWindows" and packed(p, m)]
-        return any(gm is not None and _numel((gm.k,), env) <= PANELS_MAX_K for gm in gms)
+        bf16x3 = any(m.op == "KGemmWindowsAmx" for m in space.classes[p])
+        return any(gm is not None and (not bf16x3 or _numel((gm.k,), env) <= PANELS_MAX_K)
+                   for gm in gms)
 
     loaded: dict[int, list[int]] = {}  # producer class -> the classes of its loads
     for i, nodes in enumerate(space.classes):
