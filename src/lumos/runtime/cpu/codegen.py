@@ -465,7 +465,8 @@ static inline uint16_t lumos_f64_f16(double x) { /* round to nearest even, once 
 
 # lumos_gemm_own: one translation unit of fixed text after BLAS + PRELUDE, so compiled
 # once and cached (in each kernel's unit its 4 unrolled variants took 0.1-0.2 s to compile)
-OWN_GEMM = r"""/* Columns [0, nr) of C = A B (nr <= 16 NV), all m rows, single-threaded: MR rows at a time
+OWN_GEMM = r"""
+/* Columns [0, nr) of C = A B (nr <= 16 NV), all m rows, single-threaded: MR rows at a time
    in MR x NV vector registers, each element of A broadcast from where it lies (A(i, p) at
    a[i * sam + p * sak]; the last block's missing rows read row m - 1 again and are not
    stored), B from bp: k rows of 16 NV floats, zero-padded. No copy of A (OpenBLAS copies
