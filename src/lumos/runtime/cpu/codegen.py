@@ -2002,14 +2002,19 @@ class _Codegen:
                      init: str, step: str, acc_t: str) -> list[str]:
         """A reduction of a few elements as one step per element, in order, in the body of
         the output loop (each with its index known, so guards fold), which vectorizes
-        along the outputs: a 2x2 max pool's per-output loops of two ran 8x slower."""
+        along the outputs: a 2x2 max pool's per-output loops of two ran 8x slower. A
+        maximum starts from its first element, not from the identity: the same value, one
+        compare and select fewer (a 2x2 pool with its batch norm and relu, 1.33 -> 1.10 ms
+        in a C harness)."""
         assert n.axis is not None
 
         def body(sc: _Scope) -> list[str]:
             stmts = [f"{acc_t} acc = {init};"]
             for k in range(length):
                 x = self.value(b, {f"z{n.axis}": Num(k)} | later, n.shape, sc, stmts, {})
-                stmts.append(f"{{ const {acc_t} x = {x}; {step.format(a='acc', x='x')} }}")
+                first = k == 0 and n.op == "MaxReduce"
+                stmts.append(f"{{ const {acc_t} x = {x}; "
+                             f"{'acc = x;' if first else step.format(a='acc', x='x')} }}")
             return [*stmts, f"{self.out}[{sc.index(out_index)}{self.out_shift}] = "
                     f"{store(n.dtype, 'acc')};"]
         return self.nest(n.shape, body, numel(n.shape) * length)
