@@ -150,12 +150,17 @@ def test_gemm_genome_matches_the_oracle(name: str, kind: str) -> None:
 
 
 def test_a_space_offers_bf16x3_products_only_when_told() -> None:
-    """KGemmAmx (PyTorch's "high" float32 matmul precision) is in the CPU space only where
+    """KGemmAmx (PyTorch's "high" float32 matmul precision), and a convolution's
+    KGemmWindowsAmx and EGemmWindowsAmx, are in the CPU space only where
     CompileOptions.matmul_precision allows it (cpu_space's `amx`)."""
     for amx in (False, True):
         _, space = space_and_graph(CASES["matmul"][0], amx=amx)
         ops = {n.op for alts in space.classes for n in alts}
         assert ("KGemmAmx" in ops, "KGemm" in ops) == (amx, True)
+        _, space = space_and_graph(conv_then("pool"), amx=amx)
+        ops = {n.op for alts in space.classes for n in alts}
+        assert ("KGemmWindowsAmx" in ops, "EGemmWindowsAmx" in ops) == (amx, amx)
+        assert {"KGemmWindows", "EGemmWindows"} <= ops
 
 
 @needs_amx
@@ -507,32 +512,40 @@ def conv_then(reader: str, batch: int = 2, c_out: int = 9):
     return make
 
 
+@pytest.mark.parametrize("kind", ["EGemmWindows",
+                                  pytest.param("EGemmWindowsAmx", marks=needs_amx)])
 @pytest.mark.parametrize(("reader", "batch", "c_out", "banded"), [
     ("pool", 2, 9, True), ("pool", 1, 16, True), ("overlapping_pool", 2, 8, True),
     ("padded_pool", 2, 8, False), ("relu", 2, 9, True), ("channels_last", 2, 9, False)])
 def test_a_kernel_computes_the_windows_product_it_reads_in_bands(
-        reader: str, batch: int, c_out: int, banded: bool) -> None:
+        reader: str, batch: int, c_out: int, banded: bool, kind: str) -> None:
     """The reader runs the product band of image rows by band (codegen.banded), its
-    outputs from the band in its scratch: offered only where the reader's axes are the
-    product's batch, rows and image rows in order (kernels.band), not to a padded pool
-    (its reads step across rows of the flat product) or a channels-last copy."""
-    g, space = space_and_graph(conv_then(reader, batch, c_out))
-    inline = lambda n: n.op.startswith("E") and n.op not in ("ELoad", "EGemm", "EGemmOwn", "ERows")  # noqa: E731
+    outputs from the band in its scratch (the product in float, or as bf16x3 on AMX
+    tiles: lumos_amx_windows): offered only where the reader's axes are the product's
+    batch, rows and image rows in order (kernels.band), not to a padded pool (its reads
+    step across rows of the flat product) or a channels-last copy."""
+    g, space = space_and_graph(conv_then(reader, batch, c_out), amx=kind.endswith("Amx"))
+    inline = lambda n: n.op.startswith("E") and not n.op.startswith("EGemm") and \
+        n.op not in ("ELoad", "ERows")  # noqa: E731
     genome = Genomes(space).preferring(
-        lambda c, n: -3.0 if n.op == "EGemmWindows" else -2.0 if n.op == "KGemmWindows" else
+        lambda c, n: -3.0 if n.op == kind else -2.0 if n.op == "KGemmWindows" else
         -float(inline(n)), random.Random(0))
     program = from_genome(space, genome, g.dims)
     assert [n.op for n in program.nodes if n.op not in ("Input", "Constant")] == \
         ["Output"] if banded else ["Gemm", "Output"]  # banded: the product never stored
-    assert ("for (int64_t zq = 0; zq < NB; zq++)" in checked_source(g, program)) == banded
+    source = checked_source(g, program)
+    assert ("for (int64_t zq = 0; zq < NB; zq++)" in source) == banded
+    assert ("if (amx) lumos_amx_windows(" in source) == (banded and kind.endswith("Amx"))
 
 
 def test_the_blas_seed_runs_a_convolution_in_its_pool() -> None:
     """The seed fuses a convolution into the pool reading it (its output never stored),
-    except a long one where the space offers it as bf16x3 (KGemmWindowsAmx: whole, its
-    bands being float); a short one (the 3-channel stem: memory-bound) even then."""
-    for c_in, size, amx, fused in ((3, 224, False, True), (32, 112, False, True),
-                                   (3, 224, True, True), (32, 112, True, False)):
+    a long one as bf16x3 where the space offers that (EGemmWindowsAmx), a short one (the
+    3-channel stem: memory-bound) in float even then."""
+    for c_in, size, amx, kind in ((3, 224, False, "EGemmWindows"),
+                                  (32, 112, False, "EGemmWindows"),
+                                  (3, 224, True, "EGemmWindows"),
+                                  (32, 112, True, "EGemmWindowsAmx")):
         g = lumos.Graph()
         x = g.tensor((1, c_in, size, size), lumos.f32, "x")
         y = conv2d(x, g.tensor((32, c_in, 3, 3), lumos.f32, "w"), padding=1)
@@ -541,8 +554,7 @@ def test_the_blas_seed_runs_a_convolution_in_its_pool() -> None:
         space = cpu_space(space, amx=amx)
         genome = Genomes(space).preferring(seeds(space, {})[0], random.Random(0))
         ops = [space.classes[c][i].op for c, i in genome.items()]
-        assert ("EGemmWindows" in ops) == fused
-        assert ("KGemmWindowsAmx" if amx else "KGemmWindows") in ops or fused
+        assert [op for op in ops if "Windows" in op] == [kind]
 
 
 # -- a kernel computed in bands by the kernel reading it (lower_cpu.egg's ERows) ----------

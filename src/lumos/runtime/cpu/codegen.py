@@ -248,9 +248,10 @@ LUMOS_SPLIT_GEMM(lumos_sgemm_own, lumos_gemm_own)
 LUMOS_SPLIT_GEMM(lumos_sgemm_amx, lumos_gemm_amx)
 #include <stdlib.h>
 /* a thread's scratch for the row blocks of products run by the kernels reading them
-   (kernels.Tile), one per product of a kernel: grown as needed, kept for the next call */
-static __thread float *lumos_tile_p[LUMOS_TILES];
-static __thread int64_t lumos_tile_n[LUMOS_TILES];
+   (kernels.Tile), one per product of a kernel, and one more (LUMOS_TILES: a windows
+   product's A as AMX tiles): grown as needed, kept for the next call */
+static __thread float *lumos_tile_p[LUMOS_TILES + 1];
+static __thread int64_t lumos_tile_n[LUMOS_TILES + 1];
 static inline float *lumos_tile(int j, int64_t n) {
   if (n > lumos_tile_n[j]) {
     free(lumos_tile_p[j]);
@@ -2259,7 +2260,7 @@ class _Codegen:
             f"{optr}[{c(other.offset)} + (s * 8 + i) * {sam} + p * {sak}] : 0.0f;"]
         if pack.amx:  # ... and again as AMX tiles (bf16x3), where the process has them
             setup += ["const int amx = lumos_amx_ready();",
-                      f"uint16_t *restrict aq = amx ? (uint16_t *)lumos_tile(3, "
+                      f"uint16_t *restrict aq = amx ? (uint16_t *)lumos_tile(LUMOS_TILES, "
                       f"(lumos_amx_a_size({mm}, {k}) + 1) / 2) : 0;",
                       f"if (amx) lumos_amx_pack_a({mm}, {k}, {optr} + {c(other.offset)}, "
                       f"{sam}, {sak}, aq);"]
@@ -2291,6 +2292,11 @@ class _Codegen:
         # 128->256 convolution's 2 rows of 30 two panels of 48: 13.8 -> 18.3 ms banded)
         per = f"LUMOS_MAX(1, {TILE_FLOATS * 8} / ({w.m} * {w.c(w.wp)} * {step}))"
         w0 = None if work is None else self.ren(work).to_c(bounds)
+        args = (f"pd + r0 * {w.c(w.wp)}, koff, j0, bw, {w.c(w.wp)}, {w.c(w.wp)}, t{j}, bw);")
+        call = [f"lumos_gemm_windows({w.m}, {w.k}, ap, {args}"]
+        if t.windows.amx:  # type: ignore[union-attr]  (bf16x3: EGemmWindowsAmx)
+            self.used_amx = True
+            call = [f"if (amx) lumos_amx_windows({w.m}, {w.k}, aq, {args}", "else", *call]
         return [
             "{", *w.setup,
             # bands of at most `per` rows: the fewest panels per thread (rounds of bands
@@ -2315,9 +2321,7 @@ class _Codegen:
             f"const int64_t r0 = LUMOS_MAX({step} * q0 + {lo}, 0), "
             f"r1 = LUMOS_MIN({step} * (q1 - 1) + {hi} + 1, {w.height});",
             f"const int64_t bw = (r1 - r0) * {w.c(w.wp)};",
-            "for (int64_t j0 = 0; j0 < bw; j0 += 48)",
-            f"lumos_gemm_windows({w.m}, {w.k}, ap, pd + r0 * {w.c(w.wp)}, koff, j0, bw, "
-            f"{w.c(w.wp)}, {w.c(w.wp)}, t{j}, bw);",
+            "for (int64_t j0 = 0; j0 < bw; j0 += 48)", *call,
             *(["const int64_t z0 = zg;"] if shape[0] is not ONE else []),
             f"for (int64_t z1 = 0; z1 < {c(shape[1])}; z1++)",
             "for (int64_t z2 = q0; z2 < q1; z2++)",

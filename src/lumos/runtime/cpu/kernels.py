@@ -42,7 +42,8 @@ ELEMENTWISE = (*UNARY, *BINARY, "Cast")
 EXECUTABLE = frozenset({"Root", "Input", "Constant", "Iota", "Gather", "Scatter", "KMap",
                         "KSumReduce", "KMaxReduce", "KOutput", "KGemm", "KGemmOwn", "KGemmAmx",
                         "KGemmPack", "KGemmWindows", "KGemmWindowsAmx", "ELoad",
-                        "EMaxReduce", "EGemm", "EGemmOwn", "EGemmWindows", "ERows",
+                        "EMaxReduce", "EGemm", "EGemmOwn", "EGemmWindows", "EGemmWindowsAmx",
+                        "ERows",
                         *(f"E{op}" for op in ELEMENTWISE)})
 SHORT_AXIS = 16  # an inlined max reduction's axis: a constant length up to this
 
@@ -130,7 +131,7 @@ class Pack:
     shape: tuple[Expr, ...]
     panels: bool  # the block's product by lumos' own kernel (B only), not OpenBLAS
     windows: bool  # B: a convolution's windows read where they lie (`windows`), not packed
-    amx: bool = False  # ... multiplied as bf16x3 on AMX tiles (KGemmWindowsAmx)
+    amx: bool = False  # ... multiplied as bf16x3 on AMX tiles (KGemmWindowsAmx, EGemmWindowsAmx)
 
 
 @dataclass(frozen=True)
@@ -241,7 +242,7 @@ def _merge_rows(g: Gemm) -> Gemm:
 
 def gemm_fields(n: ENode) -> tuple:
     """(shape, axis, sum view, a view, b view) of a KGemm(Own), KGemmPack, KGemmWindows,
-    EGemm(Own) or EGemmWindows e-node."""
+    EGemm(Own) or EGemmWindows(Amx) e-node."""
     return n.fields[1:6] if n.op.startswith("EGemm") else n.fields[:5]
 
 
@@ -579,7 +580,7 @@ def cpu_space(space: SearchSpace, bounds: Mapping | None = None, amx: bool = Fal
     decided: dict[tuple, bool] = {}  # (KGemm or EGemm, fields): the twins share one
 
     def ok(n: ENode) -> bool:
-        if n.op in ("KGemmAmx", "KGemmWindowsAmx") and not amx:
+        if n.op in ("KGemmAmx", "KGemmWindowsAmx", "EGemmWindowsAmx") and not amx:
             return False
         if n.op in ("KGemm", "KGemmOwn", "KGemmAmx", "EGemm", "EGemmOwn"):
             key = (n.op.removesuffix("Own").removesuffix("Amx"), n.fields)
@@ -593,7 +594,7 @@ def cpu_space(space: SearchSpace, bounds: Mapping | None = None, amx: bool = Fal
         if n.op in ("KGemmWindows", "KGemmWindowsAmx"):
             gm = gemm(gemm_views(n, b), n.fields[1], b)
             return gm is not None and windows(gm, 1, n.fields[5], n.fields[6], b) is not None
-        if n.op == "EGemmWindows":
+        if n.op in ("EGemmWindows", "EGemmWindowsAmx"):
             gm = gemm(gemm_views(n, b), n.fields[2], b)
             return gm is not None and windows(gm, 1, n.fields[6], n.fields[7], b) is not None \
                 and _banded(compose(n.fields[0], b), gm, n.fields[6], b)
@@ -665,8 +666,8 @@ def from_genome(space: SearchSpace, choice: Mapping[int, int] | Sequence[int],
                           axis=p.fields[1] if op in REDUCE else None), arg, view)
         elif n.op.startswith("EGemm"):
             ins = tuple(built[a] for a in n.children)
-            win = Pack(1, Load(ins[1], n.fields[7]), n.fields[6], False, True) \
-                if n.op == "EGemmWindows" else None
+            win = Pack(1, Load(ins[1], n.fields[7]), n.fields[6], False, True,
+                       n.op == "EGemmWindowsAmx") if n.op.startswith("EGemmWindows") else None
             b = Tile(Node("Gemm", tuple(dict.fromkeys(ins)), gemm_views(n, bounds), n.fields[1],
                           k.nodes[ins[0]].dtype, axis=n.fields[2]), view, win,
                      n.op == "EGemmOwn")
@@ -814,16 +815,17 @@ def seeds(space: SearchSpace, env: Mapping[str, int],
     tune.timed). In the first, a large product read by one kernel (elementwise) is
     computed by it in row blocks (EGemm, `TILE_MIN_BYTES`, `TILE_MAX_B_BYTES`), and a large
     copy read only by a product is packed by it (KGemmPack, `PACK_MIN_BYTES`), or read
-    where it lies if it is a convolution's windows (KGemmWindows), and so is a large
+    where it lies if it is a convolution's windows (KGemmWindows: computed by the pool
+    reading it, in bands, where it can: EGemmWindows), and so is a large
     relu6 read only by a product (a depthwise convolution's, `PACK_RELU_MIN_BYTES`); a
     product (in row blocks or whole) whose B is small is lumos' own kernel's, not
     OpenBLAS' (`OWN_MAX_B_BYTES`, `OWN_MIN_COLUMNS`), and so is one whose B is stored
     transposed and A short (`ROWS_MAX_M`); any other of `AMX_MIN_MACS` or more is a
     bf16x3 product (KGemmAmx) where the space has them, and so is a windows product
     (KGemmWindowsAmx: the CNN's convolutions of 32 -> 64, 64 -> 128 and 128 -> 256
-    channels 11.7, 11.9, 12.5 -> 11.0, 6.1, 5.3 ms). `env` gives the dims' sizes;
-    `genomes`, the space's Genomes if the caller made one. The search times the seeds like any other
-    candidate."""
+    channels 11.7, 11.9, 12.5 -> 11.0, 6.1, 5.3 ms), in bands a long one (EGemmWindowsAmx).
+    `env` gives the dims' sizes; `genomes`, the space's Genomes if the caller made one.
+    The search times the seeds like any other candidate."""
     readers: dict[int, int] = {}  # producer class -> kernels reading its buffer (HLIR edges)
     for nodes in space.classes:
         for n in nodes:
@@ -952,23 +954,27 @@ def seeds(space: SearchSpace, env: Mapping[str, int],
         return not win and bool(n.fields[7]) == panels
 
     @functools.cache
-    def banded(c: int) -> bool:  # windows read once, by their reader in bands (EGemmWindows)
+    def banded(c: int) -> str | None:  # windows read once, by their reader in bands: the op
         load = next((m for m in space.classes[c] if m.op == "ELoad"), None)
         if load is None or readers.get(load.children[0]) != 1 or \
                 not any(m.op == "EGemmWindows" for m in space.classes[c]):
-            return False
+            return None
         p = load.children[0]
-        # ... unless it is long and the space has it as bf16x3 (KGemmWindowsAmx, whole: the
-        # bands are float). Where k is short the product is bound by writing its output (a
-        # C harness of conv + relu + 2x2 pool, ms: 224x224 3->32 4.6 -> 3.0); a long one
-        # gains its output's trip to memory and back (on the Xeon, the CNN's conv + batch
-        # norm + relu + pool kernels, ms, stored / banded: 32->64 14.1 / 12.4, 64->128
-        # 13.9 / 11.6, 128->256 13.8 / 13.1; the CNN 44.5 -> 42.2)
+        # ... wherever the seed reads them where they lie (KGemmWindows): where k is short
+        # the product is bound by writing its output (a C harness of conv + relu + 2x2
+        # pool, ms: 224x224 3->32 4.6 -> 3.0); a long one gains its output's trip to memory
+        # and back (on the Xeon, the CNN's conv + batch norm + relu + pool kernels, ms,
+        # stored / banded: 32->64 14.1 / 12.4, 64->128 13.9 / 11.6, 128->256 13.8 / 13.1;
+        # the CNN 44.5 -> 42.2). A long one is bf16x3 where the space has it (at "high",
+        # ms, stored (KGemmWindowsAmx) + pool / banded: 32->64 9.9 + 1.2 / 8.5, 64->128
+        # 6.8 + 0.7 / 5.5, 128->256 5.3 + 0.5 / 5.5; the CNN 27.7 -> 22.8 in kernels)
         gms = [gemm(gemm_views(m, sizes), m.fields[1], sizes) for m in space.classes[p]
                if m.op == "KGemmWindows" and packed(p, m)]
-        bf16x3 = any(m.op == "KGemmWindowsAmx" for m in space.classes[p])
-        return any(gm is not None and (not bf16x3 or _numel((gm.k,), env) <= PANELS_MAX_K)
-                   for gm in gms)
+        if not any(gm is not None for gm in gms):
+            return None
+        long = any(gm is not None and _numel((gm.k,), env) > PANELS_MAX_K for gm in gms)
+        bf16x3 = any(m.op == "EGemmWindowsAmx" for m in space.classes[c])
+        return "EGemmWindowsAmx" if long and bf16x3 else "EGemmWindows"
 
     loaded: dict[int, list[int]] = {}  # producer class -> the classes of its loads
     for i, nodes in enumerate(space.classes):
@@ -1025,8 +1031,8 @@ def seeds(space: SearchSpace, env: Mapping[str, int],
                 rows_read = next((m for m in space.classes[c] if m.op == "ERows"), None)
                 if blas < 0 and rows_read is not None and in_rows(rows_read.children[0]):
                     return float(n.op != "ERows")
-                if blas < 0 and banded(c):
-                    return float(n.op != "EGemmWindows")
+                if blas < 0 and (op := banded(c)) is not None:
+                    return float(n.op != op)
                 if blas < 0 and tiled(c):
                     g = next(m for m in space.classes[c] if m.op == "EGemm")
                     mine = own(gemm(gemm_views(g, sizes), g.fields[2], sizes))
