@@ -2294,7 +2294,7 @@ class _Codegen:
         w0 = None if work is None else self.ren(work).to_c(bounds)
         args = (f"pd + r0 * {w.c(w.wp)}, koff, j0, bw, {w.c(w.wp)}, {w.c(w.wp)}, t{j}, bw);")
         call = [f"lumos_gemm_windows({w.m}, {w.k}, ap, {args}"]
-        if t.windows.amx:  # type: ignore[union-attr]  (bf16x3: EGemmWindowsAmx)
+        if t.windows is not None and t.windows.amx:  # (bf16x3: EGemmWindowsAmx)
             self.used_amx = True
             call = [f"if (amx) lumos_amx_windows({w.m}, {w.k}, aq, {args}", "else", *call]
         return [
