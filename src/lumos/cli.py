@@ -53,8 +53,8 @@ SEEDED_SEARCH = 2  # the CPU runtime's two seed programs (fused; fused + BLAS)
 
 def compile_options(args: argparse.Namespace) -> Any:
     """The CompileOptions of `--search N`, `--flush-denormals` and `--matmul-precision`
-    (None: the runtime's default: on the CPU runtime a search timing its seed programs,
-    whose result the artifact cache keeps; 0: no search)."""
+    (by default, on the CPU runtime, a search timing its seed programs, whose result the
+    artifact cache keeps; 0: no search)."""
     from lumos.search import CompileOptions
 
     cpu = args.runtime == "cpu"
@@ -64,7 +64,7 @@ def compile_options(args: argparse.Namespace) -> Any:
         if given and cpu and not n:
             raise LumosError(f"{flag} applies to a searched program: give --search 1 or more")
     return CompileOptions(limit=n, flush_denormals=args.flush_denormals,
-                          matmul_precision=args.matmul_precision) if n else None
+                          matmul_precision=args.matmul_precision)
 
 
 def add_compile_options(p: argparse.ArgumentParser) -> None:

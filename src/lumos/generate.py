@@ -95,11 +95,11 @@ class Generator:
         self.logits = model(self.tokens, sym("p")).output()
         buckets = [(1, 1, 1)] + ([(2, self.max_prefill, min(128, self.max_prefill))]
                                  if self.max_prefill > 1 else [])
-        opts = options and dataclasses.replace(options, dim_buckets={"s": buckets})
+        opts = dataclasses.replace(options or CompileOptions(), dim_buckets={"s": buckets})
         rt = runtime or ReferenceRuntime()
         say(f"compiling {len(g.nodes)} nodes for the {rt.name} runtime (" +
-            (f"search limit {opts.limit}, buckets of s: 1, 2..{self.max_prefill})" if opts
-             else "no search)"))
+            (f"search limit {opts.limit}, buckets of s: 1, 2..{self.max_prefill})"
+             if opts.limit else "no search)"))
         self.program = g.compile(rt, opts)
         say("binding weights")
         self.weight_bytes = load_state(model, self.program, state)

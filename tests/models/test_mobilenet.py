@@ -101,7 +101,7 @@ def test_cpu_runtime(images: list[Path], flush: bool) -> None:
 
     batch = np.stack([mobilenet.preprocess(p) for p in images])
     want = mobilenet.Classifier(max_batch=2).probabilities(batch)
-    opts = CompileOptions(limit=2, flush_denormals=True) if flush else None
+    opts = CompileOptions(limit=2, flush_denormals=True) if flush else CompileOptions(limit=0)
     got = mobilenet.Classifier(runtime=CpuRuntime(), max_batch=2,
                                options=opts).probabilities(batch)
     np.testing.assert_allclose(got, want, atol=1e-5)

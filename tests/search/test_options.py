@@ -9,12 +9,15 @@ def test_defaults_follow_the_design():
     o = CompileOptions()
     assert (o.limit, o.generation_size, o.mutations, o.trials, o.keep_best, o.seed) == \
         (100, 10, 10, 3, 1, 0)
-    assert o.dim_buckets == {} and o.search_time_limit is None
+    assert o.dim_buckets == {} and o.search_time_limit == 60.0
     assert o.matmul_precision == "highest" and not o.flush_denormals
+    assert o.search == "kernels" and o.seeds
 
 
 @pytest.mark.parametrize("change, message", [
-    ({"limit": 0}, "limit must be an int >= 1, got 0"),
+    ({"limit": -1}, "limit must be an int >= 0, got -1"),
+    ({"search": "beam"}, "search must be one of 'kernels', 'genetic'"),
+    ({"seeds": 1}, "seeds must be True or False"),
     ({"generation_size": True}, "generation_size must be an int >= 1"),
     ({"mutations": 1.5}, "mutations must be an int >= 1"),
     ({"keep_best": -1}, "keep_best"),

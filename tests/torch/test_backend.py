@@ -404,7 +404,7 @@ def test_options() -> None:
                                          "buckets": [(1, 64, 16)], "runtime": "reference"})
         assert_same(f(x), torch.sin(x))
         for bad, msg in (({"bogus": 1}, "unknown lumos option"), ({"runtime": "gpu"}, "runtime"),
-                         ({"limit": 0}, "limit"), ({"buckets": [(5, 2, 3)]}, "bucket"),
+                         ({"limit": -1}, "limit"), ({"buckets": [(5, 2, 3)]}, "bucket"),
                          ({"dim_buckets": {"s": [(1, 2, 1)]}}, "unknown lumos option")):
             torch._dynamo.reset()
             with pytest.raises(Exception, match=msg):

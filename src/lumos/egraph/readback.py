@@ -22,6 +22,7 @@ from lumos.egraph.space import ENode, SearchSpace
 from lumos.errors import LumosError
 from lumos.shape import Expr, Num, Var, View, z
 from lumos.shape.expr import emax, emin
+from lumos.shape.view import numel
 
 if TYPE_CHECKING:
     from egglog import bindings as b
@@ -33,6 +34,9 @@ _EXPR: dict[str, Callable[[Expr, Expr], Expr]] = {
 _PRIM = {"i64": "value_to_i64", "String": "value_to_string", "bool": "value_to_bool",
          "f64": "value_to_f64"}
 _INF = float("inf")
+# sorts whose e-classes may hold several terms (rules union equal ones), each read as its
+# smallest term: expressions, and a backend's composed views (lower_cpu.egg's `views`)
+_SIZED = ("Expr", "ExprList", "View", "CView")
 
 
 def read_space(eg: b.EGraph, ctors: Set[str], fingerprints: list[str]) -> SearchSpace:
@@ -62,12 +66,12 @@ class _Reader:
 
     def _row_cost(self, name: str, ins: list[b.Value], cost: Mapping) -> float:
         return 1 + sum(cost.get((s, v), _INF) for s, v in zip(self.sorts[name], ins, strict=True)
-                       if s in ("Expr", "ExprList"))
+                       if s in _SIZED)
 
     def _expr_costs(self) -> dict[tuple[str, b.Value], float]:
-        """Size of the smallest term of every Expr/ExprList class (a fixpoint: classes
+        """Size of the smallest term of every class of a `_SIZED` sort (a fixpoint: classes
         can hold cycles such as x = x % 8)."""
-        keys = [k for k in self.rows if k[0] in ("Expr", "ExprList")]
+        keys = [k for k in self.rows if k[0] in _SIZED]
         cost: dict[tuple[str, b.Value], float] = {}
         changed = True
         while changed:
@@ -91,9 +95,9 @@ class _Reader:
                      if self._row_cost(n, ins, self.cost) == best]
             r: object = min(cands, key=Expr.key)
         else:
-            if len(alts) != 1:
+            if len(alts) != 1 and sort not in _SIZED:
                 raise LumosError(f"read-back: a {sort} e-class has {len(alts)} terms")
-            name, ins = alts[0]
+            name, ins = min(alts, key=lambda a: self._row_cost(*a, self.cost))  # (ties: first)
             args = tuple(self.field(s, x) for s, x in zip(self.sorts[name], ins, strict=True))
             if sort == "ExprList":
                 r = () if name == "ENil" else (args[0], *args[1])
@@ -114,6 +118,10 @@ class _Reader:
             return z(args[0])
         if name == "RowMajor":
             return View.contiguous(args[0]).index
+        if name == "Numel":
+            return numel(args[0])
+        if name == "Broadcast":
+            return _broadcast(args[0])
         return _EXPR[name](*args)
 
     def items(self, lst: b.Value) -> tuple[b.Value, ...]:
@@ -221,3 +229,13 @@ def restrict(space: SearchSpace, executable: Set[str], backend: str) -> SearchSp
                              f"{space.class_keys[c]}): no rule lowers it to a {backend} kernel")
         stack.extend(k for n in kept[c] for k in n.children)
     return _renumber(space.root, kept, dict(enumerate(space.class_keys)))
+
+
+def _broadcast(shape: tuple[Expr, ...]) -> Expr:
+    """Broadcast(shape) (rules/terms.egg): the row-major index, axes of size 1 left out."""
+    index, step = Num(0), Num(1)
+    for i in reversed(range(len(shape))):
+        if shape[i] != Num(1):
+            index = index + z(i) * step
+        step = step * shape[i]
+    return index

@@ -759,8 +759,8 @@ def relu(x: Tensor) -> Tensor:
 
 def maximum(a: TensorLike, b: TensorLike) -> Tensor:
     """Elementwise max, NaN-propagating: one MaxReduce over the stacked pair."""
-    (x, y), _ = lift([a, b], op="maximum")
-    return node(x.graph, "MaxReduce", [stack([x, y], 0)], axis=0)
+    (x, y), _ = lift([a, b], op="maximum")  # (IEEE leaves the sign of max(-0.0, 0.0) open)
+    return node(x.graph, "MaxReduce", [stack([x, y], 0, signed_zeros=False)], axis=0)
 
 
 def minimum(a: TensorLike, b: TensorLike) -> Tensor:
@@ -1023,8 +1023,11 @@ def masked_fill(x: Tensor, mask: Tensor, value: TensorLike) -> Tensor:
 
 # -- joining -----------------------------------------------------------------------------
 
-def cat(tensors: Sequence[Tensor], dim: int = 0) -> Tensor:
-    """Concatenate: each input padded into place, the pieces added (padding is exact 0)."""
+def cat(tensors: Sequence[Tensor], dim: int = 0, signed_zeros: bool = True) -> Tensor:
+    """Concatenate: each input padded into place, the pieces added. Float pieces are padded
+    with -0.0 (negated, padded with 0, negated back), the identity of addition: padded
+    with 0.0, a -0.0 would come out as 0.0 (-0.0 + 0.0 is 0.0); `signed_zeros=False`
+    pads with 0.0 (a maximum's stacked pair, where the sign of a zero is unspecified)."""
     if not tensors:
         raise ValueError("cat: expected a non-empty list of tensors")
     ts, dt = list(tensors), promote_types(*tensors)
@@ -1045,17 +1048,22 @@ def cat(tensors: Sequence[Tensor], dim: int = 0) -> Tensor:
         total = total + s
     out: Tensor | None = None
     off: Expr = ZERO
+    pieces = sum(1 for s in sizes if s is not ZERO) > 1
     for t, s in zip(ts, sizes, strict=True):
         if s is ZERO and len(ts) > 1:
             continue
-        piece = t._with_view(t.view.pad(d, off, total - off - s))
+        if pieces and signed_zeros and dt.is_float:  # -0.0 pads: x + -0.0 is x, -0.0 too
+            m = neg(t)
+            piece = neg(m._with_view(m.view.pad(d, off, total - off - s)))
+        else:
+            piece = t._with_view(t.view.pad(d, off, total - off - s))
         out = piece if out is None else node(t.graph, "Add", [out, piece])
         off = off + s
     assert out is not None
     return out
 
 
-def stack(tensors: Sequence[Tensor], dim: int = 0) -> Tensor:
+def stack(tensors: Sequence[Tensor], dim: int = 0, signed_zeros: bool = True) -> Tensor:
     if not tensors:
         raise ValueError("stack: expected a non-empty list of tensors")
     shape = tensors[0].view.shape
@@ -1063,7 +1071,7 @@ def stack(tensors: Sequence[Tensor], dim: int = 0) -> Tensor:
         if t.view.shape != shape:
             raise ShapeError(f"stack: all shapes must match, got {[x.shape for x in tensors]}")
     d = tensors[0]._axis(dim, tensors[0].ndim + 1)
-    return cat([t.unsqueeze(d) for t in tensors], d)
+    return cat([t.unsqueeze(d) for t in tensors], d, signed_zeros)
 
 
 def split(x: Tensor, split_size_or_sections: int | Sequence[int], dim: int = 0) -> list[Tensor]:

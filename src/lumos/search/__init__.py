@@ -1,10 +1,12 @@
 """Search: pick one program out of a SearchSpace by timing candidates (DESIGN.md "Search")."""
 
-from lumos.search.genetic import GeneticSearch, Invalid, Measured, Outcome, Rejected
+from lumos.search.genetic import GeneticSearch
 from lumos.search.genome import Genome, Genomes, SearchError, extract, genome_key
+from lumos.search.local import KernelSearch
 from lumos.search.options import CompileOptions
+from lumos.search.outcome import Invalid, KernelTime, Measured, Outcome, Rejected
 
 __all__ = [
-    "CompileOptions", "GeneticSearch", "Genome", "Genomes", "Invalid", "Measured", "Outcome",
-    "Rejected", "SearchError", "extract", "genome_key",
+    "CompileOptions", "GeneticSearch", "Genome", "Genomes", "Invalid", "KernelSearch",
+    "KernelTime", "Measured", "Outcome", "Rejected", "SearchError", "extract", "genome_key",
 ]

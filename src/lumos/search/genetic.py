@@ -30,7 +30,6 @@ import random
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 
 from tqdm import tqdm
 
@@ -38,30 +37,12 @@ from lumos.egraph.space import ENode, SearchSpace
 from lumos.logs import log
 from lumos.search.genome import Genome, Genomes, SearchError, genome_key
 from lumos.search.options import CompileOptions
+from lumos.search.outcome import Invalid, Measured, Outcome, Rejected
 
 EXHAUSTED_AFTER = 20
 MAX_REJECTED_GENERATIONS = 10
 
 
-@dataclass(frozen=True)
-class Measured:
-    """Ran, produced correct outputs, took `seconds` (the runtime's statistic of trials)."""
-    seconds: float
-
-
-@dataclass(frozen=True)
-class Rejected:
-    """Never ran (compile error, resource cap); does not count toward `limit`."""
-    reason: str
-
-
-@dataclass(frozen=True)
-class Invalid:
-    """Ran without a usable time (wrong output, timeout, crash); counted, never ranked."""
-    reason: str
-
-
-Outcome = Measured | Rejected | Invalid
 
 
 class GeneticSearch:

@@ -9,6 +9,7 @@ from typing import Any
 
 Bucket = tuple[int, int | None, int]  # (min, max or None for unbounded, representative)
 MATMUL_PRECISIONS = ("highest", "high")
+SEARCHES = ("kernels", "genetic")
 
 
 @dataclass(frozen=True)
@@ -16,13 +17,17 @@ class CompileOptions:
     """How `Graph.compile` searches. Times are in seconds; None means no limit.
 
     Search: at most `limit` candidates are run (Measured or Invalid; Rejected ones are
-    free), `generation_size` per generation. Offspring are copies of the `keep_best` best
-    programs with 1..`mutations` e-classes re-picked. After `stagnation` generations without
-    a new best the next generation is fresh random genomes. `early_stop_factor` (>= 1):
-    once `2 * stagnation * generation_size` candidates in a row have been counted since
-    the last one that ran within `early_stop_factor` times the best time, the search stops.
-    `search_time_limit` bounds the whole search. Same `seed`, same space, same timings:
-    same choice.
+    free); `limit=0`: no search, the baseline program (a runtime's unfused one). `search`:
+    "kernels" (the default, lumos.search.local.KernelSearch: moves judged by the kernels
+    they change) or "genetic" (GeneticSearch). `seeds`: generation 0 starts from the
+    runtime's rules of thumb (its seed costs) as well as the baseline; off, from the
+    baseline alone. GeneticSearch: `generation_size` candidates per generation, offspring
+    copies of the `keep_best` best programs with 1..`mutations` e-classes re-picked; after
+    `stagnation` generations without a new best the next generation is fresh random
+    genomes; `early_stop_factor` (>= 1): once `2 * stagnation * generation_size` candidates
+    in a row have been counted since the last one that ran within `early_stop_factor` times
+    the best time, the search stops. `search_time_limit` (60 s) bounds each search (one per
+    bucket combination). Same `seed`, same space, same timings: same choice.
 
     Timing: each candidate is timed `trials` times (the runtime ranks by the median);
     `candidate_timeout` bounds each compiler process of one candidate (a unit's compile,
@@ -61,6 +66,8 @@ class CompileOptions:
     """
 
     limit: int = 100
+    search: str = "kernels"
+    seeds: bool = True
     generation_size: int = 10
     mutations: int = 10
     trials: int = 3
@@ -71,7 +78,7 @@ class CompileOptions:
     early_stop_factor: float | None = None
     seed: int = 0
     dim_buckets: Mapping[str, Sequence[Any]] = field(default_factory=dict)
-    search_time_limit: float | None = None
+    search_time_limit: float | None = 60.0
     max_enodes: int = 1_000_000
     max_iterations: int = 16
     # SmolLM2's 5,360 nodes saturate in ~55 s for its two buckets on a 2-core Xeon (fuse:
@@ -82,9 +89,13 @@ class CompileOptions:
     cache: bool = True
 
     def __post_init__(self) -> None:
-        for name in ("limit", "generation_size", "mutations", "trials", "keep_best",
+        _check_int("limit", self.limit, 0)
+        for name in ("generation_size", "mutations", "trials", "keep_best",
                      "stagnation", "max_enodes", "max_iterations"):
             _check_int(name, getattr(self, name), 1)
+        if self.search not in SEARCHES:
+            raise ValueError(f"CompileOptions.search must be one of "
+                             f"{', '.join(map(repr, SEARCHES))}, got {self.search!r}")
         _check_int("seed", self.seed, None)
         for name in ("candidate_timeout", "execution_timeout", "search_time_limit",
                      "saturation_time_limit"):
@@ -96,7 +107,7 @@ class CompileOptions:
         if f is not None and not (_is_real(f) and f >= 1):
             raise ValueError(f"CompileOptions.early_stop_factor must be a number >= 1 or None, "
                              f"got {f!r}")
-        for name in ("flush_denormals", "cache"):
+        for name in ("flush_denormals", "cache", "seeds"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"CompileOptions.{name} must be True or False, "
                                  f"got {getattr(self, name)!r}")

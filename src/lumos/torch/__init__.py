@@ -179,7 +179,7 @@ def _program(g: Graph, runtime: Any, opts: Options, buckets: Buckets) -> Program
             raise
         warn(f"the search for a graph of {len(g.nodes)} nodes failed ({type(e).__name__}: "
              f"{e}); it runs unfused")
-        return g.compile(runtime, None)
+        return g.compile(runtime, CompileOptions(limit=0))
 
 
 def _runtime(name: str) -> Any:

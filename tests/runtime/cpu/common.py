@@ -12,6 +12,8 @@ from lumos.runtime.base import Program
 from lumos.runtime.cpu import CpuRuntime
 from lumos.runtime.reference import run_hlir
 
+BASELINE = lumos.CompileOptions(limit=0)  # no search: one kernel per node, no fusion
+
 # relative tolerance where libm and numpy may differ by an ulp or two (transcendentals,
 # summation order); everything else must match bit for bit
 ULPISH = {"f64": 1e-13, "f32": 2e-6, "f16": 2e-3, "bf16": 1.6e-2}
@@ -23,7 +25,7 @@ def run_both(outputs: list[lumos.Tensor], feeds: Mapping[lumos.Tensor, np.ndarra
     g = outputs[0].graph
     for o in outputs:
         o.output()
-    prog = g.compile(CpuRuntime())
+    prog = g.compile(CpuRuntime(), BASELINE)
     return execute_both(prog, outputs, feeds, dims)
 
 

@@ -22,7 +22,7 @@ from lumos.runtime.cpu import program as program_module
 from lumos.runtime.cpu import tune as tune_module
 from lumos.runtime.reference import run_hlir
 from lumos.search import CompileOptions, SearchError
-from tests.runtime.cpu.common import assert_same
+from tests.runtime.cpu.common import BASELINE, assert_same
 
 ROOT = Path(__file__).resolve().parents[3]
 SEARCH = CompileOptions(limit=2, generation_size=2, trials=1, execution_timeout=5)
@@ -43,7 +43,7 @@ saturated = []
 real = program_module.build_spaces
 program_module.build_spaces = lambda *a, **k: saturated.append(1) or real(*a, **k)
 g, x, y = graph(2.0)
-opts = None if sys.argv[1] == "none" else CompileOptions(
+opts = CompileOptions(limit=0) if sys.argv[1] == "none" else CompileOptions(
     limit=2, generation_size=2, trials=1, dim_buckets={"n": [(1, 1, 1), (2, 64, 8)]})
 prog = g.compile(CpuRuntime(), opts)
 outs = []
@@ -121,7 +121,7 @@ def test_another_graph_or_options_miss(cache: Path, saturations: list[int],
     monkeypatch.setenv("LUMOS_LOG", "cache")
     for scale in (2.0, 3.0, 2.0):
         g, x, y = graph(scale)
-        check(g.compile(CpuRuntime()), x, y)
+        check(g.compile(CpuRuntime(), BASELINE), x, y)
     assert len(saturations) == 2 and len(list(cache.glob("*.lar"))) == 2
     g, x, y = graph(2.0)
     check(g.compile(CpuRuntime(), SEARCH), x, y)  # searched: not the baseline's artifact
@@ -133,17 +133,17 @@ def test_another_graph_or_options_miss(cache: Path, saturations: list[int],
 def test_a_corrupted_artifact_warns_and_is_recompiled(cache: Path, saturations: list[int],
                                                       capsys: pytest.CaptureFixture[str]) -> None:
     g, x, y = graph(2.0)
-    g.compile(CpuRuntime())
+    g.compile(CpuRuntime(), BASELINE)
     path, = cache.glob("*.lar")
     data = bytearray(path.read_bytes())
     data[-5] ^= 0xFF
     path.write_bytes(bytes(data))
     capsys.readouterr()
-    check(g.compile(CpuRuntime()), x, y)
+    check(g.compile(CpuRuntime(), BASELINE), x, y)
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "corrupted (checksum mismatch); compiling again" in err[0]
     assert len(saturations) == 2
-    g.compile(CpuRuntime())  # the rewritten artifact loads
+    g.compile(CpuRuntime(), BASELINE)  # the rewritten artifact loads
     assert len(saturations) == 2 and capsys.readouterr().err == ""
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import random
 
+import numpy as np
 import pytest
 
 import lumos
@@ -64,6 +65,13 @@ CASES = {  # name: (graph builder, kernels of the most fused genome, kernels unf
                                                                        "b"), 1, 2),
     "padded_int": (lambda g: ((g.tensor((5, 6), lumos.i32, "x") + 3).flip(1).pad((1, 2))
                               * 5).T, 1, 3),
+    # where: a Gather from the two operands stacked, computed by its reader as a select
+    "where": (lambda g: (lambda x: lumos.where(x > 0, x * 2.0, (x * 3.0).exp()))(
+        g.tensor((6, 35), lumos.f32, "x")), 1, 16),
+    # ... a broadcast condition and operand
+    "where_broadcast": (lambda g: lumos.where(g.tensor((1, 35), lumos.bool_, "c"),
+                                              g.tensor((6, 35), lumos.f32, "x") * 2.0,
+                                              g.tensor((35,), lumos.f32, "y")) + 1, 1, 13),
 }
 
 
@@ -84,6 +92,44 @@ def test_random_genomes_match_the_oracle(name: str) -> None:
     rng = random.Random(1)
     for _ in range(4):
         run_genome(g, space, Genomes(space).random(rng))
+
+
+def test_a_select_keeps_what_the_branch_not_taken_holds_out() -> None:
+    """where as a select (ESelect) computes both operands and keeps one: NaN, inf and -0.0
+    in either operand reach the result only where selected, as in the oracle."""
+    g = lumos.Graph()
+    x, y = g.tensor((4, 33), lumos.f32, "x"), g.tensor((4, 33), lumos.f32, "y")
+    lumos.where(x > 0, y * x, (y * 1e30) * 1e30).output()  # (the other branch overflows)
+    space = space_of(g)
+    genome = fused(space)
+    program = build(from_genome(space, genome, g.dims))
+    assert program.layout.calls == 1
+    rng = np.random.default_rng(3)
+    a, b = (rng.standard_normal((4, 33)).astype(np.float32) for _ in range(2))
+    a[0, :6], b[0, :6] = [1, -1, 1, -1, 1, -0.0], [np.nan, 2, np.inf, np.nan, -0.0, 3]
+    data = {"x": a, "y": b}
+    (got,) = program([data[name] for name in program.layout.input_names], {})
+    (want,) = run_hlir(g, data, {})
+    np.testing.assert_array_equal(got, want)
+    assert np.signbit(got[0, 4]) and np.isnan(got[0, 0]) and np.isinf(got[0, 1])
+
+
+def test_only_a_gather_at_known_positions_is_a_select() -> None:
+    """The select rule needs both positions known without data (Iotas): a Gather at
+    positions read from a tensor (an embedding lookup) keeps its kernel."""
+    g = lumos.Graph()
+    x = g.tensor((5, 8), lumos.f32, "x")
+    w = lumos.where(x > 0, x, x * 2.0)
+    table = g.tensor((10, 8), lumos.f32, "t")
+    idx = g.tensor((3,), lumos.i64, "i")
+    (w.exp() + 1).output()
+    table[idx].exp().output()
+    rc = RuleCheck(RULES, graph=g)
+    assert rc.check("(= r (Op (ESelect c) a))")
+    selected = "(= g (Op (HGather sh vi vd) (ICons ix (ICons d (INil))))) " \
+        "(= r (Op (ELoad c) (ICons g (INil)))) (= r (Op (ESelect c2) a))"
+    assert rc.check(selected)
+    assert not rc.check(selected + " (= d (Op (HInput s dt n) (INil)))")  # (the table)
 
 
 def test_truth_values_are_computed_in_int() -> None:

@@ -31,8 +31,10 @@ from lumos.runtime.cpu.kernels import (
 from lumos.runtime.cpu.tune import matches, profiling_inputs
 from lumos.runtime.reference import run_hlir
 from lumos.search import CompileOptions, Genomes
+from lumos.shape import sym
 
-CASES = {  # name: (graph builder, whether a Gemm genome exists)
+CASES = {  # name: (graph builder, whether a Gemm genome reading the factors where they lie
+    # exists)
     "matmul": (lambda g: g.tensor((12, 20), lumos.f32, "a") @ g.tensor((20, 7), lumos.f32,
                                                                        "b"), True),
     "linear": (lambda g: lumos.linear(g.tensor((12, 20), lumos.f32, "x"),
@@ -137,16 +139,66 @@ def test_gemm_genome_matches_the_oracle(name: str, kind: str) -> None:
     make, expected = CASES[name]
     g, space = space_and_graph(make, amx=True)
     gemms = {c: i for c, alts in enumerate(space.classes) for i, n in enumerate(alts)
-             if n.op == kind}
+             if n.op == kind and copied(space, n) == 0}
     assert bool(gemms) == expected
     if not gemms:
         return
-    genome = Genomes(space).repair(gemms, random.Random(0))
+    genome = with_choices(space, gemms)
     kernels = from_genome(space, genome, g.dims)
     (layout,) = [gemm(n.views, n.axis, g.dims) for n in kernels.nodes if n.op == "Gemm"]
     assert layout is not None and len(layout.batch) == BATCH_LEFT.get(name, 0)
     calls = re.findall(r"lumos_sgemm(_own|_amx)?\(\d, \d, ", checked_source(g, kernels))
     assert calls and all(c == KINDS[kind] for c in calls)
+
+
+def with_choices(space: lumos.egraph.SearchSpace, choice: dict[int, int]) -> dict[int, int]:
+    """The baseline genome (each class's first alternative) with `choice` made."""
+    made = Genomes(space)
+    return made.repair(made.baseline(random.Random(0)) | choice, random.Random(0))
+
+
+def prefer(space: lumos.egraph.SearchSpace, cost) -> dict[int, int]:
+    """The genome of least `cost` in each class, products of copied factors (KCopy) after
+    those reading their factors where they lie."""
+    return Genomes(space).preferring(lambda c, n: cost(c, n) + 10.0 * copied(space, n),
+                                     random.Random(0))
+
+
+def copied(space: lumos.egraph.SearchSpace, n) -> int:
+    """How many factors of a product e-node are first copied (KCopy)."""
+    return sum(any(m.op == "KCopy" for m in space.classes[ch]) for ch in n.children)
+
+
+@pytest.mark.parametrize("name", [n for n in CASES if n != "f64"])
+def test_a_factor_read_through_any_view_is_also_copied_for_a_product(name: str) -> None:
+    """Every f32 product also has the alternative of its factors copied first (KCopy:
+    contiguous, over the axes each depends on), one or both: a strided k, a padded factor,
+    heads merged through a transposed view are then BLAS products too."""
+    g, space = space_and_graph(CASES[name][0])
+    for both in (False, True):
+        pick = {c: i for c, alts in enumerate(space.classes) for i, n in enumerate(alts)
+                if n.op == "KGemm" and copied(space, n) == 1 + both}
+        assert pick
+        kernels = from_genome(space, with_choices(space, pick), g.dims)
+        assert sum(n.op == "Gemm" for n in kernels.nodes) == 1
+        assert sum(n.op == "Map" for n in kernels.nodes) == 1 + both  # the copies
+        assert "lumos_sgemm(" in checked_source(g, kernels)
+
+
+def test_the_demo_blocks_output_projection_is_a_product_of_a_copy() -> None:
+    """lumos.demo's attention merges its heads through a transposed view, which no strided
+    matrix reads: the output projection's BLAS alternative copies that factor first."""
+    from lumos.demo import build as demo_block
+
+    g, _, _ = demo_block(64, 4)
+    (space,) = build_spaces(g, [{"s": (8, 8)}], RULES)
+    space = cpu_space(space, {"s": (8, 8)})
+    sums = [alts for alts in space.classes if alts[0].op == "KSumReduce"
+            and alts[0].fields[0] == (sym(8), sym(64)) and any(n.op == "KGemm" for n in alts)]
+    assert sums and all(any(n.op == "KGemm" and copied(space, n) for n in alts)
+                        for alts in sums)
+    assert any(not any(n.op == "KGemm" and not copied(space, n) for n in alts)
+               for alts in sums)  # (the projection: no product reads the heads as they lie)
 
 
 def test_a_space_offers_bf16x3_products_only_when_told() -> None:
@@ -178,7 +230,7 @@ def test_a_bf16x3_product_is_as_close_as_its_three_terms_make_it(ta: bool, tb: b
     space = cpu_space(space, amx=True)
     gemms = {c: i for c, alts in enumerate(space.classes) for i, n in enumerate(alts)
              if n.op == "KGemmAmx"}
-    program = build(from_genome(space, Genomes(space).repair(gemms, random.Random(0)), g.dims))
+    program = build(from_genome(space, with_choices(space, gemms), g.dims))
     assert "lumos_sgemm_amx(" in program.source.read_text()
     rng = np.random.default_rng(0)
     x, y = (rng.standard_normal(v.shape).astype(np.float32) for v in (a, b))
@@ -312,7 +364,7 @@ def tiled_program(make, reader, own: bool = False) -> tuple[lumos.Graph, str, li
     g, space = space_and_graph(lambda g: reader(make(g)))
     op = "EGemmOwn" if own else "EGemm"
     assert any(n.op == op for alts in space.classes for n in alts)
-    genome = Genomes(space).preferring(lambda c, n: -float(n.op == op), random.Random(0))
+    genome = prefer(space, lambda c, n: -float(n.op == op))
     kernels = from_genome(space, genome, g.dims)
     return g, checked_source(g, kernels), kernels.nodes
 
@@ -398,9 +450,8 @@ def test_a_product_that_packs_its_factor_matches_the_oracle(name: str, panels: b
     g, space = space_and_graph(PACKED[name])
     inline = lambda n: n.op.startswith("E") and n.op not in (  # noqa: E731
         "ELoad", "EGemm", "EGemmOwn", "EGemmWindows", "ERows")
-    genome = Genomes(space).preferring(
-        lambda c, n: -float(inline(n)) if n.op != "KGemmPack" else
-        -2.0 if bool(n.fields[7]) == panels else -1.0, random.Random(0))
+    genome = prefer(space, lambda c, n: -float(inline(n)) if n.op != "KGemmPack" else
+                    -2.0 if bool(n.fields[7]) == panels else -1.0)
     kernels = from_genome(space, genome, g.dims)
     (pack,) = kernels.packs.values()  # and no kernel stores the factor
     offered = any(n.op == "KGemmPack" and n.fields[7] for c in space.classes for n in c)
@@ -422,9 +473,8 @@ def test_a_packed_factor_may_read_a_product(panels: bool) -> None:
         return g.tensor((7, 12), lumos.f32, "b") @ (s * 2.0 + 1.0)
     g, space = space_and_graph(make)
     inner = lambda n: n.op == "EGemm" and [int(e) for e in n.fields[1]] == [12, 16]  # noqa: E731
-    genome = Genomes(space).preferring(
-        lambda c, n: -3.0 if n.op == "KGemmPack" and bool(n.fields[7]) == panels else
-        -2.0 if inner(n) else -float(n.op in ("EMul", "EAdd")), random.Random(0))
+    genome = prefer(space, lambda c, n: -3.0 if n.op == "KGemmPack" and bool(n.fields[7])
+                    == panels else -2.0 if inner(n) else -float(n.op in ("EMul", "EAdd")))
     kernels = from_genome(space, genome, g.dims)
     (pack,) = kernels.packs.values()
     assert pack.panels == panels and tiles(pack.body)
@@ -482,7 +532,7 @@ def test_a_product_that_reads_windows_matches_the_oracle(name: str, kind: str) -
     assert any(n.op == kind for c in space.classes for n in c) == offered
     if not offered:
         return
-    genome = Genomes(space).preferring(lambda c, n: -float(n.op == kind), random.Random(0))
+    genome = prefer(space, lambda c, n: -float(n.op == kind))
     kernels = from_genome(space, genome, g.dims)
     (pack,) = kernels.packs.values()  # and no kernel stores the windows
     assert pack.windows and not any(n.op == "Map" for n in kernels.nodes)
@@ -527,9 +577,8 @@ def test_a_kernel_computes_the_windows_product_it_reads_in_bands(
     g, space = space_and_graph(conv_then(reader, batch, c_out), amx=kind.endswith("Amx"))
     inline = lambda n: n.op.startswith("E") and not n.op.startswith("EGemm") and \
         n.op not in ("ELoad", "ERows")  # noqa: E731
-    genome = Genomes(space).preferring(
-        lambda c, n: -3.0 if n.op == kind else -2.0 if n.op == "KGemmWindows" else
-        -float(inline(n)), random.Random(0))
+    genome = prefer(space, lambda c, n: -3.0 if n.op == kind else -2.0 if n.op ==
+                    "KGemmWindows" else -float(inline(n)))
     program = from_genome(space, genome, g.dims)
     assert [n.op for n in program.nodes if n.op not in ("Input", "Constant")] == \
         ["Output"] if banded else ["Gemm", "Output"]  # banded: the product never stored

@@ -9,13 +9,14 @@ import pytest
 
 import lumos
 from lumos.runtime.cpu import CpuProgram, CpuRuntime
+from tests.runtime.cpu.common import BASELINE
 
 
 def _program() -> tuple[lumos.Tensor, lumos.Tensor, lumos.Tensor, CpuProgram]:
     g = lumos.Graph()
     a, b = g.tensor((64, 48), lumos.f32, "a"), g.tensor((64, 48), lumos.f32, "b")
     y = lumos.sqrt(a + b).output()  # Add and Sqrt: two kernels without fusion
-    return a, b, y, g.compile(CpuRuntime())
+    return a, b, y, g.compile(CpuRuntime(), BASELINE)
 
 
 def test_profile_logs_each_kernel(monkeypatch: pytest.MonkeyPatch,

@@ -19,7 +19,7 @@ from lumos.runtime.cpu import CompileError, CpuRuntime, build
 from lumos.runtime.cpu import cc as cc_module
 from lumos.runtime.cpu import program as program_module
 from lumos.runtime.cpu.plan import ALIGN, plan
-from tests.runtime.cpu.common import assert_same, execute_both, run_both
+from tests.runtime.cpu.common import BASELINE, assert_same, execute_both, run_both
 
 
 def test_symbolic_dims_one_compile_many_sizes(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -40,7 +40,7 @@ def test_symbolic_dims_one_compile_many_sizes(monkeypatch: pytest.MonkeyPatch) -
     ]
     for o in outs:
         o.output()
-    prog = g.compile(CpuRuntime())
+    prog = g.compile(CpuRuntime(), BASELINE)
     rng = np.random.default_rng(0)
     for sn, sm in [(1, 1), (3, 5), (17, 2), (300, 257), (4, 5000)]:
         feeds = {x: rng.standard_normal((sn, sm)).astype(np.float32),
@@ -54,7 +54,7 @@ def test_inputs_are_read_in_place_and_results_reused() -> None:
     g = lumos.Graph()
     x = g.tensor((1000,), lumos.f32, "x")
     y = (x * 2).output()
-    prog = g.compile(CpuRuntime())
+    prog = g.compile(CpuRuntime(), BASELINE)
     a = np.arange(1000, dtype=np.float32)
     prog.set_data(x, a)
     prog.execute()
@@ -77,7 +77,7 @@ def test_persisted_outputs_fed_back_alternate_between_two_buffers() -> None:
     g = lumos.Graph()
     cache = g.tensor((6,), lumos.f32, "cache")
     new = (cache.flip(0) + 1).output(persist=True)  # reads the buffer it overwrites
-    prog = g.compile(CpuRuntime())
+    prog = g.compile(CpuRuntime(), BASELINE)
     state = np.zeros(6, np.float32)
     state[0] = 5
     prog.set_data(cache, state)
@@ -108,7 +108,7 @@ def _cache_graph(reader: bool) -> tuple:
     row = g.tensor((1, 3), lumos.f32, "row")
     new = cache.scatter(0, pos, row)
     outs = [new.output(persist=True), *([(new + cache).output()] if reader else [])]
-    return g.compile(CpuRuntime()), cache, pos, row, outs
+    return g.compile(CpuRuntime(), BASELINE), cache, pos, row, outs
 
 
 @pytest.mark.parametrize("case", ["inplace", "later_reader", "bound_twice"])
@@ -183,7 +183,7 @@ def test_arena_plans_serve_smaller_sizes(monkeypatch: pytest.MonkeyPatch,
         outs = [((x * 2).exp() + 1).sum(1).output()]  # intermediates of n x 16
         if shrinking:  # and of (64 - n) x 16
             outs.append(((w.narrow(0, 0, 64 - n) * 3).exp() + 1).sum(1).output())
-        prog = g.compile(CpuRuntime())
+        prog = g.compile(CpuRuntime(), BASELINE)
         for sn in (8, 5, 7, 6, 3, 64, 33, 60):
             feeds = {x: rng.standard_normal((sn, 16)).astype(np.float32),
                      w: rng.standard_normal((64, 16)).astype(np.float32)}

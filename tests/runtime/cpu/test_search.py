@@ -17,7 +17,7 @@ from lumos.search import CompileOptions, GeneticSearch, Outcome, Rejected
 from lumos.search.genome import Genome
 from tests.runtime.cpu.common import assert_same, execute_both
 
-OPTS = CompileOptions(limit=4, generation_size=4, trials=1, execution_timeout=5)
+OPTS = CompileOptions(limit=4, generation_size=4, trials=1, execution_timeout=5, search="genetic")
 DRIVER = "const int64_t *dims) {\n"
 
 
@@ -69,7 +69,8 @@ def test_crashing_or_hanging_candidates_are_invalid(monkeypatch: pytest.MonkeyPa
                                                      body: str) -> None:
     x, y, out = chain_graph()
     sources = patch_candidates(monkeypatch, {0, 2}, body)
-    opts = CompileOptions(limit=4, generation_size=4, trials=1, execution_timeout=2)
+    opts = CompileOptions(limit=4, generation_size=4, trials=1, execution_timeout=2,
+                          search="genetic")
     prog = x.graph.compile(CpuRuntime(), opts)
     assert len(sources) >= 3
     assert body not in prog.compiled.source.read_text()
@@ -129,6 +130,33 @@ def test_only_a_candidate_that_would_be_the_best_is_checked(
     check(prog, x, y, out)
 
 
+def test_the_kernel_search_checks_every_candidate(monkeypatch: pytest.MonkeyPatch) -> None:
+    """KernelSearch keeps parts of candidates that were not the best, so each one it times
+    is also compared with the oracle; and it is told each kernel's time (a profile)."""
+    from lumos.runtime.cpu import isolate, tune
+    from lumos.search import KernelSearch
+    x, y, out = chain_graph()
+    calls: list[str] = []
+    real = isolate.Sandbox.run
+    reports = []
+    real_report = KernelSearch.report
+
+    def run(self, fn, *args, **kwargs):
+        if fn in (tune.differs, tune.timed):
+            calls.append(fn.__name__)
+        return real(self, fn, *args, **kwargs)
+
+    def report(self, genome, outcome):
+        reports.append(outcome)
+        real_report(self, genome, outcome)
+    monkeypatch.setattr(isolate.Sandbox, "run", run)
+    monkeypatch.setattr(KernelSearch, "report", report)
+    prog = x.graph.compile(CpuRuntime(), CompileOptions(limit=6, trials=1, cache=False))
+    assert calls and calls == ["timed", "differs"] * (len(calls) // 2)
+    assert any(o.kernels for o in reports)  # each kernel timed
+    check(prog, x, y, out)
+
+
 def test_a_compile_past_candidate_timeout_is_rejected(monkeypatch: pytest.MonkeyPatch,
                                                       tmp_path: Path) -> None:
     """The first candidate's compiler hangs: it is killed at candidate_timeout, it is
@@ -155,7 +183,7 @@ def test_a_compile_past_candidate_timeout_is_rejected(monkeypatch: pytest.Monkey
         real_report(self, genome, outcome)
     monkeypatch.setattr(GeneticSearch, "report", report)
     opts = CompileOptions(limit=3, generation_size=3, trials=1, execution_timeout=5,
-                          candidate_timeout=3)
+                          candidate_timeout=3, search="genetic")
     start = time.monotonic()
     prog = x.graph.compile(CpuRuntime(), opts)
     assert time.monotonic() - start < 30  # the hanging compile was killed, not awaited

@@ -27,6 +27,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cached_property
 from itertools import pairwise, product
+from pathlib import Path
 
 import numpy as np
 
@@ -61,6 +62,7 @@ from lumos.shape import Expr, Num, Var, View, simplify, z
 from lumos.shape.expr import ONE, ZERO, nrange
 from lumos.shape.view import numel
 
+_C = Path(__file__).with_name("c")  # the fixed C: prelude, own and AMX products, driver
 BLOCK = 2048  # innermost-axis elements per parallel task (at most PRELUDE's lumos_zero_row)
 TILE_FLOATS = 24576  # a row block of a product run by its reader (Tile): 96 KiB, in L2
 TILES = 4  # products one kernel may run in row blocks (more: each whole, first)
@@ -94,549 +96,11 @@ WIDE_LANES, WIDE_MIN_ROW = 16, 256
 # too short for the hardware prefetcher, which waits for misses (97 -> 48 us per product)
 PREFETCH_BYTES, PREFETCH_LINES, PREFETCH_MIN_ROW = 1024, 16, 32
 
-PRELUDE = r"""#include <math.h>
-#include <omp.h>
-#include <stdint.h>
-#include <string.h>
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define LUMOS_WIDE __attribute__((target("prefer-vector-width=512")))
-#else
-#define LUMOS_WIDE
-#endif
-/* x86 instructions through GCC's builtins, not <immintrin.h>: parsing that header took
-   0.13 s of the 0.15 s a kernel's translation unit costs to compile */
-typedef char lumos_v16qi __attribute__((vector_size(16)));
-typedef int lumos_v16si __attribute__((vector_size(64)));
-typedef short lumos_v8hi __attribute__((vector_size(16)));
-#if defined(__GNUC__) && !defined(__clang__)
-#define LUMOS_X86_BUILTINS 1
-#elif defined(__F16C__) || defined(__AVX512F__)
-#include <immintrin.h>
-#endif
-/* 16 bytes to 16 int32s: GCC 12 converts a vector of bytes loaded from memory lane by lane */
-#if defined(__AVX512F__) && defined(LUMOS_X86_BUILTINS)
-#define LUMOS_WIDEN_UINT8_X16(x, T) ((T)__builtin_ia32_pmovzxbd512_mask( \
-    (lumos_v16qi)(x), (lumos_v16si){0}, (unsigned short)-1))
-#define LUMOS_WIDEN_INT8_X16(x, T) ((T)__builtin_ia32_pmovsxbd512_mask( \
-    (lumos_v16qi)(x), (lumos_v16si){0}, (unsigned short)-1))
-#elif defined(__AVX512F__)
-#define LUMOS_WIDEN_UINT8_X16(x, T) ((T)_mm512_cvtepu8_epi32((__m128i)(x)))
-#define LUMOS_WIDEN_INT8_X16(x, T) ((T)_mm512_cvtepi8_epi32((__m128i)(x)))
-#else
-#define LUMOS_WIDEN_UINT8_X16(x, T) __builtin_convertvector(x, T)
-#define LUMOS_WIDEN_INT8_X16(x, T) __builtin_convertvector(x, T)
-#endif
-/* c + a*b for 16 floats, rounded once: a sum of products accumulates with FMA (FLAGS turn
-   off contraction elsewhere: dequantization rounds as written) */
-#if defined(__AVX512F__) && defined(LUMOS_X86_BUILTINS)
-#define LUMOS_FMA_F32X16(a, b, c) ((__typeof__(c))__builtin_ia32_vfmaddps512_mask( \
-    (a), (b), (c), (unsigned short)-1, 4))
-#elif defined(__AVX512F__)
-#define LUMOS_FMA_F32X16(a, b, c) ((__typeof__(c))_mm512_fmadd_ps((a), (b), (c)))
-#else
-#define LUMOS_FMA_F32X16(a, b, c) ((c) + (a) * (b))
-#endif
-
-/* 2^x for floats without branches, so a loop of it vectorizes whatever its inputs hold:
-   glibc's vector exp2f computes the lanes out of its range (a mask's -inf, -200) one at a
-   time, 9-24x slower (an attention's causal softmax). x = n + f, |f| <= 1/2; 2^f by its
-   Taylor polynomial to degree 7; 2^n as two powers of two, so that a subnormal result
-   rounds once. Within 0.9 ulp of 2^x (glibc's: 0.5); results that round to 0 are computed
-   at x = 0 and replaced (an underflow costs a microcode assist on Intel, 7x). */
-#if defined(__FMA__) || defined(__ARM_FEATURE_FMA) /* (without: within 1.2 ulp) */
-#define LUMOS_MADD(a, b, c) __builtin_fmaf(a, b, c)
-#else
-#define LUMOS_MADD(a, b, c) ((a) * (b) + (c))
-#endif
-static inline float lumos_exp2f(float x) {
-  const int zero = x < -151.0f;
-  x = zero ? 0.0f : x > 129.0f ? 129.0f : x; /* (NaN stays) */
-  const float t = x + 0x1.8p23f; /* x rounded to an integer n, in t's low bits */
-  int32_t n;
-  memcpy(&n, &t, 4);
-  n -= 0x4B400000;
-  const float f = x - (t - 0x1.8p23f);
-  float p = 1.5252734e-5f;
-  p = LUMOS_MADD(p, f, 1.5403530e-4f);
-  p = LUMOS_MADD(p, f, 1.3333558e-3f);
-  p = LUMOS_MADD(p, f, 9.6181291e-3f);
-  p = LUMOS_MADD(p, f, 5.5504109e-2f);
-  p = LUMOS_MADD(p, f, 2.4022651e-1f);
-  p = LUMOS_MADD(p, f, 6.9314718e-1f);
-  p = LUMOS_MADD(p, f, 1.0f);
-  const uint32_t b1 = (uint32_t)((n >> 1) + 127) << 23, b2 = (uint32_t)(n - (n >> 1) + 127) << 23;
-  float s1, s2;
-  memcpy(&s1, &b1, 4);
-  memcpy(&s2, &b2, 4);
-  return zero ? 0.0f : p * s1 * s2;
-}
-
-/* glibc's vector math (libmvec, within a few ulp): lets loops calling these vectorize */
-#if defined(__x86_64__) && defined(__GLIBC__) && (__GLIBC__ > 2 || __GLIBC_MINOR__ >= 35)
-#pragma omp declare simd notinbranch
-float log2f(float);
-#pragma omp declare simd notinbranch
-float sinf(float);
-#pragma omp declare simd notinbranch
-double exp2(double);
-#pragma omp declare simd notinbranch
-double log2(double);
-#pragma omp declare simd notinbranch
-double sin(double);
-#endif
-
-/* zeros to read a block of an output loop from where a guard reads nothing (see read) */
-static const int64_t lumos_zero_row[2048] __attribute__((aligned(64))); /* BLOCK */
-
-#define LUMOS_TILES @TILES@
-extern int lumos_nt; /* the thread count, set by the driver's lumos_set_threads */
-static inline int lumos_threads(void) { return lumos_nt > 0 ? lumos_nt : omp_get_max_threads(); }
-#ifdef LUMOS_BLAS
-/* lumos' own single-threaded product (OWN_GEMM: a unit of its own, compiled once). These
-   units' functions are weak here: a kernel compiled in one object with others (cc's
-   batches) may be linked, for them, into a program that never calls it and so lacks
-   its unit; the reference then resolves to nothing instead of failing the load */
-#define LUMOS_UNIT __attribute__((weak))
-LUMOS_UNIT void lumos_gemm_own(int ta, int tb, int64_t m, int64_t n, int64_t k, const float *a,
-                               int64_t lda, const float *b, int64_t ldb, float *c, int64_t ldc);
-/* ... and its bf16x3 products on AMX tiles (AMX_GEMM: a unit of its own, compiled once):
-   a whole product; a convolution's windows product (lumos_amx_windows, on A packed by
-   lumos_amx_pack_a into `lumos_amx_a_size(m, k)` uint16s), where lumos_amx_ready() */
-LUMOS_UNIT void lumos_gemm_amx(int ta, int tb, int64_t m, int64_t n, int64_t k, const float *a,
-                               int64_t lda, const float *b, int64_t ldb, float *c, int64_t ldc);
-LUMOS_UNIT int lumos_amx_ready(void);
-LUMOS_UNIT int64_t lumos_amx_a_size(int64_t m, int64_t k);
-LUMOS_UNIT void lumos_amx_pack_a(int64_t m, int64_t k, const float *a, int64_t sam,
-                                 int64_t sak, uint16_t *aq);
-LUMOS_UNIT void lumos_amx_windows(int64_t m, int64_t k, const uint16_t *aq, const float *pd,
-                                  const int64_t *koff, int64_t j0, int64_t j, int64_t w,
-                                  int64_t pw, float *c, int64_t ldc);
-static inline void lumos_cblas(int ta, int tb, int64_t m, int64_t n, int64_t k, const float *a,
-                               int64_t lda, const float *b, int64_t ldb, float *c,
-                               int64_t ldc) {
-  scipy_cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
-                    (blasint)m, (blasint)n, (blasint)k, 1.0f, a, (blasint)lda, b, (blasint)ldb,
-                    0.0f, c, (blasint)ldc);
-}
-/* C = A B (row-major) on the OpenMP threads, each running OpenBLAS single-threaded (the
-   driver sets it; lumos_sgemm) or lumos_gemm_own (lumos_sgemm_own): one pool of threads,
-   so no thread spins waiting for the next kernel on a core that another pool's thread
-   computes on. Rows are split when there are at least as many as columns, else columns,
-   in steps of 16; small products run on the calling thread. */
-#define LUMOS_SPLIT_GEMM(NAME, GEMM)                                                          \
-static inline void NAME(int ta, int tb, int64_t m, int64_t n, int64_t k, const float *a,     \
-                        int64_t lda, const float *b, int64_t ldb, float *c, int64_t ldc) {   \
-  const int nt = omp_in_parallel() || (double)m * n * k < 131072.0 ? 1 : lumos_threads();   \
-  _Pragma("omp parallel num_threads(nt)")                                                     \
-  {                                                                                           \
-    const int64_t t = omp_get_thread_num(), nth = omp_get_num_threads();                     \
-    int64_t r0 = 0, r1 = m, c0 = 0, c1 = n;                                                   \
-    if (m >= n) {                                                                             \
-      r0 = m * t / nth;                                                                       \
-      r1 = m * (t + 1) / nth;                                                                 \
-    } else {                                                                                  \
-      c0 = n * t / nth & ~15;                                                                 \
-      c1 = t == nth - 1 ? n : n * (t + 1) / nth & ~15;                                        \
-    }                                                                                         \
-    if (r1 > r0 && c1 > c0)                                                                   \
-      GEMM(ta, tb, r1 - r0, c1 - c0, k, a + (ta ? r0 : r0 * lda), lda,                        \
-           b + (tb ? c0 * ldb : c0), ldb, c + r0 * ldc + c0, ldc);                            \
-  }                                                                                           \
-}
-LUMOS_SPLIT_GEMM(lumos_sgemm, lumos_cblas)
-LUMOS_SPLIT_GEMM(lumos_sgemm_own, lumos_gemm_own)
-LUMOS_SPLIT_GEMM(lumos_sgemm_amx, lumos_gemm_amx)
-#include <stdlib.h>
-/* a thread's scratch for the row blocks of products run by the kernels reading them
-   (kernels.Tile), one per product of a kernel, and one more (LUMOS_TILES: a windows
-   product's A as AMX tiles): grown as needed, kept for the next call */
-static __thread float *lumos_tile_p[LUMOS_TILES + 1];
-static __thread int64_t lumos_tile_n[LUMOS_TILES + 1];
-static inline float *lumos_tile(int j, int64_t n) {
-  if (n > lumos_tile_n[j]) {
-    free(lumos_tile_p[j]);
-    lumos_tile_p[j] = (float *)malloc((size_t)n * sizeof(float));
-    if (!lumos_tile_p[j]) abort(); /* (a few hundred KiB a thread; the whole product at most) */
-    lumos_tile_n[j] = n;
-  }
-  return lumos_tile_p[j];
-}
-typedef float lumos_f32x16 __attribute__((vector_size(64)));
-typedef float lumos_f32x16u __attribute__((vector_size(64), aligned(4)));
-/* 16 copies of one float: a broadcast from memory (`(lumos_f32x16){0} + x` adds first, to
-   keep -0.0 apart from 0.0, then broadcasts from a register on the port the FMAs need) */
-#define LUMOS_SPLAT_F32X16(x) __extension__({ const float x_ = (x); \
-  (lumos_f32x16){x_, x_, x_, x_, x_, x_, x_, x_, x_, x_, x_, x_, x_, x_, x_, x_}; })
-/* the first n (1..16) of 16 floats stored */
-#if defined(__AVX512F__) && defined(LUMOS_X86_BUILTINS)
-#define LUMOS_STORE_F32X16_FIRST(p, v, n) \
-  __builtin_ia32_storeups512_mask((p), (v), (unsigned short)((1u << (n)) - 1))
-#elif defined(__AVX512F__)
-#define LUMOS_STORE_F32X16_FIRST(p, v, n) \
-  _mm512_mask_storeu_ps((p), (__mmask16)((1u << (n)) - 1), (__m512)(v))
-#else
-#define LUMOS_STORE_F32X16_FIRST(p, v, n) \
-  do { for (int64_t j_ = 0; j_ < (n); j_++) (p)[j_] = (v)[j_]; } while (0)
-#endif
-#if defined(__AVX512F__)
-#define LUMOS_PANELS 1
-/* C = A B for a block that a product packed itself (kernels.Pack.panels; B: k x n,
-   row-major, ldb), single-threaded: 8 rows of C by 48 columns at a time in 24 vector
-   registers, those 8 rows of A first copied into scratch 1 as k columns of 8; B is read
-   where it lies (OpenBLAS copies it into its own layout first: a cost that a short k does
-   not repay). A(i, p) is a[i * sam + p * sak]. */
-static void lumos_gemm_panels(int64_t m, int64_t n, int64_t k, const float *a, int64_t sam,
-                              int64_t sak, const float *b, int64_t ldb, float *c,
-                              int64_t ldc) {
-  float *restrict ap = lumos_tile(1, 8 * k + 48 * k), *restrict edge = ap + 8 * k;
-  for (int64_t i0 = 0; i0 < m; i0 += 8) {
-    const int64_t mr = m - i0 < 8 ? m - i0 : 8;
-    for (int64_t p = 0; p < k; p++)
-      for (int64_t i = 0; i < 8; i++) ap[p * 8 + i] = i < mr ? a[(i0 + i) * sam + p * sak] : 0.0f;
-    for (int64_t j0 = 0; j0 < n; j0 += 48) {
-      const int64_t nr = n - j0 < 48 ? n - j0 : 48;
-      const float *bp = b + j0;
-      int64_t lb = ldb;
-      if (nr < 48) { /* the last columns, zero-padded to 48 */
-        for (int64_t p = 0; p < k; p++)
-          for (int64_t j = 0; j < 48; j++) edge[p * 48 + j] = j < nr ? b[p * ldb + j0 + j] : 0.0f;
-        bp = edge;
-        lb = 48;
-      }
-      lumos_f32x16 acc[8][3];
-      for (int i = 0; i < 8; i++)
-        for (int j = 0; j < 3; j++) acc[i][j] = (lumos_f32x16){0};
-      for (int64_t p = 0; p < k; p++) {
-        const lumos_f32x16 b0 = *(const lumos_f32x16u *)(bp + p * lb),
-                           b1 = *(const lumos_f32x16u *)(bp + p * lb + 16),
-                           b2 = *(const lumos_f32x16u *)(bp + p * lb + 32);
-        for (int i = 0; i < 8; i++) {
-          const lumos_f32x16 x = LUMOS_SPLAT_F32X16(ap[p * 8 + i]);
-          acc[i][0] = LUMOS_FMA_F32X16(x, b0, acc[i][0]);
-          acc[i][1] = LUMOS_FMA_F32X16(x, b1, acc[i][1]);
-          acc[i][2] = LUMOS_FMA_F32X16(x, b2, acc[i][2]);
-        }
-      }
-      float *ct = c + i0 * ldc + j0;
-      if (mr == 8 && nr == 48) {
-        for (int i = 0; i < 8; i++)
-          for (int j = 0; j < 3; j++) *(lumos_f32x16u *)(ct + i * ldc + 16 * j) = acc[i][j];
-      } else {
-        for (int i = 0; i < mr; i++)
-          for (int64_t j = 0; j < nr; j++) ct[i * ldc + j] = acc[i][j / 16][j % 16];
-      }
-    }
-  }
-}
-#endif
-/* One panel of C = A B where B is a convolution's windows (kernels.Windows): B's row p is
-   `pd + koff[p]` along B's padded columns (an input padded copy, each row `pw` wide, of
-   which C keeps the first `w`). The 48 padded columns from j0 (of j) by all m rows, 8 at a
-   time in 24 vector registers, A packed as strips of k columns of 8 rows (`ap`); each
-   tile's rows then stored to C in runs that skip the padding. */
-/* rows [i0, i0 + mr) of a windows panel (t: `ldt` floats a row, its nr padded columns
-   from j0, images `pw` padded columns wide) to c, the padded columns (from w on) dropped */
-static inline void lumos_windows_out(const float *t, int64_t ldt, int64_t i0, int64_t mr,
-                                     int64_t j0, int64_t nr, int64_t w, int64_t pw, float *c,
-                                     int64_t ldc) {
-  for (int64_t l = 0; l < nr;) {
-    const int64_t row = (j0 + l) / pw, col = (j0 + l) % pw;
-    const int64_t run = pw - col < nr - l ? pw - col : nr - l;
-    const int64_t keep = w - col < run ? w - col : run;
-    for (int64_t i = 0; i < mr && keep > 0; i++)
-      memcpy(c + (i0 + i) * ldc + row * w + col, t + i * ldt + l, (size_t)keep * sizeof(float));
-    l += run;
-  }
-}
-static void lumos_gemm_windows(int64_t m, int64_t k, const float *ap, const float *pd,
-                               const int64_t *koff, int64_t j0, int64_t j, int64_t w,
-                               int64_t pw, float *c, int64_t ldc) {
-  const int64_t nr = j - j0 < 48 ? j - j0 : 48;
-  const float *bp = pd + j0;
-  for (int64_t i0 = 0; i0 < m; i0 += 8) {
-    const int64_t mr = m - i0 < 8 ? m - i0 : 8;
-    const float *a = ap + i0 * k;
-    lumos_f32x16 acc[8][3];
-    /* the next panel's rows of C into L2 (written after its k steps: a store to a line not
-       cached waits for it; 12% of a 112x112 32->64 convolution) */
-    for (int64_t l = 48; l < 96 && j0 + l < j && w < pw; l += 15) {
-      const int64_t row = (j0 + l) / pw, col = (j0 + l) % pw;
-      for (int64_t i = 0; i < mr && col < w; i++)
-        __builtin_prefetch(c + (i0 + i) * ldc + row * w + col, 1, 2);
-    }
-    for (int i = 0; i < 8; i++)
-      for (int q = 0; q < 3; q++) acc[i][q] = (lumos_f32x16){0};
-    for (int64_t p = 0; p < k; p++) {
-      const float *b = bp + koff[p];
-      const lumos_f32x16 b0 = *(const lumos_f32x16u *)b, b1 = *(const lumos_f32x16u *)(b + 16),
-                         b2 = *(const lumos_f32x16u *)(b + 32);
-      for (int i = 0; i < 8; i++) {
-        const lumos_f32x16 x = LUMOS_SPLAT_F32X16(a[p * 8 + i]);
-        acc[i][0] = LUMOS_FMA_F32X16(x, b0, acc[i][0]);
-        acc[i][1] = LUMOS_FMA_F32X16(x, b1, acc[i][1]);
-        acc[i][2] = LUMOS_FMA_F32X16(x, b2, acc[i][2]);
-      }
-    }
-    if (w == pw) { /* the padded columns kept (a band's scratch): C's rows as computed */
-      for (int64_t i = 0; i < mr; i++)
-        for (int q = 0; q < 3 && 16 * q < nr; q++)
-          LUMOS_STORE_F32X16_FIRST(c + (i0 + i) * ldc + j0 + 16 * q, acc[i][q],
-                                   nr - 16 * q < 16 ? nr - 16 * q : 16);
-      continue;
-    }
-    float t[8][48];
-    for (int i = 0; i < 8; i++)
-      for (int q = 0; q < 3; q++) *(lumos_f32x16u *)(t[i] + 16 * q) = acc[i][q];
-    lumos_windows_out(t[0], 48, i0, mr, j0, nr, w, pw, c, ldc);
-  }
-}
-#endif
-
-static inline int64_t lumos_fdiv(int64_t a, int64_t b) {
-  int64_t q = a / b;
-  return q - ((a % b != 0) & ((a < 0) != (b < 0)));
-}
-static inline int64_t lumos_fmod(int64_t a, int64_t b) {
-  int64_t r = a % b;
-  return r + ((r != 0) & ((r < 0) != (b < 0))) * b;
-}
-static inline int64_t lumos_min(int64_t a, int64_t b) { return a < b ? a : b; }
-static inline int64_t lumos_max(int64_t a, int64_t b) { return a > b ? a : b; }
-#define LUMOS_FDIV(a, b) lumos_fdiv((a), (b))
-#define LUMOS_FMOD(a, b) lumos_fmod((a), (b))
-#define LUMOS_MIN(a, b) lumos_min((a), (b))
-#define LUMOS_MAX(a, b) lumos_max((a), (b))
-
-static inline float lumos_bf16_f32(uint16_t b) {
-  uint32_t u = (uint32_t)b << 16;
-  float f;
-  memcpy(&f, &u, 4);
-  return f;
-}
-static inline uint16_t lumos_f32_bf16(float f) {
-  uint32_t u;
-  memcpy(&u, &f, 4);
-  if (f != f) return 0x7FC0;
-  return (uint16_t)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
-}
-/* f16 is stored as its bit pattern too: GCC 12 vectorizes no loop touching _Float16 on
-   CPUs without AVX512-FP16; these integer conversions vectorize */
-static inline float lumos_f16_f32(uint16_t h) {
-  /* branch-free, so that a loop of them vectorizes (with branches an f16 matrix-vector
-     product ran at 2 G weights/s): exponent and mantissa shifted into place, the exponent
-     rebiased by 112 (exact); a subnormal half as 2^-14 (1 + mantissa / 1024)
-     less 2^-14 (exact, and no subnormal float on the way, which
-     CompileOptions.flush_denormals would read as zero; the integer mantissa converted
-     instead kept Whisper's f16 loops from vectorizing: decode 110 -> 37 tokens/s);
-     inf/NaN given the all-ones exponent, then the sign */
-  const uint32_t m = (uint32_t)(h & 0x7FFFu) << 13;
-  uint32_t u = m + (112u << 23), v = m + (113u << 23);
-  float f, g;
-  memcpy(&f, &u, 4);
-  memcpy(&g, &v, 4);
-  g -= 0x1p-14f;
-  f = m < (0x400u << 13) ? g : f;
-  memcpy(&u, &f, 4);
-  u |= (h & 0x7C00u) == 0x7C00u ? 0x7F800000u : 0u;
-  u |= (uint32_t)(h & 0x8000u) << 16;
-  memcpy(&f, &u, 4);
-  return f;
-}
-/* one value outside a vector loop: the F16C instruction where the CPU has it */
-static inline float lumos_f16_f32_one(uint16_t h) {
-#if defined(__F16C__) && defined(LUMOS_X86_BUILTINS)
-  return __builtin_ia32_vcvtph2ps((lumos_v8hi){(short)h, 0, 0, 0, 0, 0, 0, 0})[0];
-#elif defined(__F16C__)
-  return _cvtsh_ss(h);
-#else
-  return lumos_f16_f32(h);
-#endif
-}
-static inline uint16_t lumos_f64_f16(double x) { /* round to nearest even, once */
-  uint64_t u;
-  memcpy(&u, &x, 8);
-  uint16_t s = (uint16_t)((u >> 48) & 0x8000u);
-  uint64_t a = u & 0x7FFFFFFFFFFFFFFFull;
-  if (a > 0x7FF0000000000000ull) return (uint16_t)(s | 0x7E00u | ((a >> 42) & 0x3FFu));
-  if (a >= 0x40EFFE0000000000ull) return (uint16_t)(s | 0x7C00u); /* >= 65520: inf */
-  if (a >= 0x3F10000000000000ull) /* normal: rebias the exponent, round the mantissa */
-    return (uint16_t)(s | ((a - 0x3F00000000000000ull + 0x1FFFFFFFFFFull
-                            + ((a >> 42) & 1u)) >> 42));
-  double v;
-  memcpy(&v, &a, 8);
-  return (uint16_t)(s | (uint16_t)((v * 0x1p24 + 0x1p52) - 0x1p52)); /* subnormal units */
-}
-""".replace("@TILES@", str(TILES))
+PRELUDE = (_C / "prelude.h").read_text().replace("@TILES@", str(TILES))
 
 # lumos_gemm_own: one translation unit of fixed text after BLAS + PRELUDE, so compiled
 # once and cached (in each kernel's unit its 4 unrolled variants took 0.1-0.2 s to compile)
-OWN_GEMM = r"""
-/* Columns [0, nr) of C = A B (nr <= 16 NV), all m rows, single-threaded: MR rows at a time
-   in MR x NV vector registers, each element of A broadcast from where it lies (A(i, p) at
-   a[i * sam + p * sak]; the last block's missing rows read row m - 1 again and are not
-   stored), B from bp: k rows of 16 NV floats, zero-padded. No copy of A (OpenBLAS copies
-   both factors, a cost the products of a few columns or a short k do not amortize). */
-#define LUMOS_GEMM_OWN(NV, MR)                                                                \
-static void lumos_gemm_own##NV(int64_t m, int64_t nr, int64_t k, const float *a, int64_t sam,  \
-                               int64_t sak, const float *bp, float *c, int64_t ldc) {           \
-  for (int64_t i0 = 0; i0 < m; i0 += MR) {                                                     \
-    const float *ar[MR];                                                                        \
-    for (int i = 0; i < MR; i++) ar[i] = a + (i0 + i < m ? i0 + i : m - 1) * sam;             \
-    lumos_f32x16 acc[MR][NV];                                                                   \
-    for (int i = 0; i < MR; i++)                                                                \
-      for (int v = 0; v < NV; v++) acc[i][v] = (lumos_f32x16){0};                              \
-    for (int64_t p = 0; p < k; p++) {                                                           \
-      lumos_f32x16 b[NV];                                                                       \
-      for (int v = 0; v < NV; v++) b[v] = *(const lumos_f32x16u *)(bp + (p * NV + v) * 16);    \
-      for (int i = 0; i < MR; i++) {                                                            \
-        const lumos_f32x16 x = LUMOS_SPLAT_F32X16(ar[i][p * sak]);                              \
-        for (int v = 0; v < NV; v++) acc[i][v] = LUMOS_FMA_F32X16(x, b[v], acc[i][v]);        \
-      }                                                                                         \
-    }                                                                                           \
-    for (int i = 0; i < MR && i0 + i < m; i++) {                                                \
-      float *ci = c + (i0 + i) * ldc;                                                           \
-      for (int v = 0; v < NV - 1; v++) *(lumos_f32x16u *)(ci + 16 * v) = acc[i][v];            \
-      LUMOS_STORE_F32X16_FIRST(ci + 16 * (NV - 1), acc[i][NV - 1], nr - 16 * (NV - 1));        \
-    }                                                                                           \
-  }                                                                                             \
-}
-LUMOS_GEMM_OWN(1, 8)
-LUMOS_GEMM_OWN(2, 12)
-LUMOS_GEMM_OWN(3, 8)
-LUMOS_GEMM_OWN(4, 6)
-@TRANSPOSE16@
-/* C = A B (m x n, k) with B stored transposed (tb: column j of B is row j of w, ldb apart,
-   a linear layer's weight), single-threaded, read where it lies: A's rows 16 at a time
-   copied as k vectors of 16 (column p of the block, zero past m), then for each 16 columns
-   of C, accumulators (a column of C over a block's rows) += A's column p times w(j, p)
-   broadcast from memory, p in order: 4 blocks by 4 columns at a time (16 vector registers,
-   each column of w read by 4 blocks), a remaining block by all 16 columns; transposed into
-   rows to store. The next 16 rows of w are fetched ahead. OpenBLAS copies both factors
-   first, a cost that a few rows of A do not repay (kernels.ROWS_MAX_M). */
-static void lumos_gemm_rows(int64_t m, int64_t n, int64_t k, const float *a, int64_t sam,
-                            int64_t sak, const float *w, int64_t ldb, float *c, int64_t ldc) {
-  const int64_t mb = (m + 15) / 16;
-  lumos_f32x16 *restrict at = (lumos_f32x16 *)(((uintptr_t)lumos_tile(0, 16 * (k + 16) * mb + 16)
-                                                + 63) & ~(uintptr_t)63);
-  lumos_f32x16 *restrict cols = at + mb * k; /* per block: its 16 columns of C */
-  /* a tile of 16 columns runs mb passes over w's 16 rows (4 columns of 4 blocks, or a block
-     left over): each fetches its share of the next 16 rows ahead, into L2 (all of them in
-     the first pass left cold lines in the others' way: 283 -> 304 GFLOP/s at 128 x 32000
-     x 512, the weight out of cache) */
-  const int passes = (int)mb;
-  for (int64_t ib = 0; ib < mb; ib++) {
-    lumos_f32x16 *restrict q = at + ib * k;
-    int64_t p = 0;
-    if (sak == 1 && ib * 16 + 16 <= m)
-      for (; p + 16 <= k; p += 16) {
-        lumos_f32x16 r[16];
-        for (int i = 0; i < 16; i++) r[i] = *(const lumos_f32x16u *)(a + (ib * 16 + i) * sam + p);
-        lumos_transpose16(r);
-        for (int s = 0; s < 16; s++) q[p + s] = r[s];
-      }
-    for (; p < k; p++)
-      for (int i = 0; i < 16; i++)
-        q[p][i] = ib * 16 + i < m ? a[(ib * 16 + i) * sam + p * sak] : 0.0f;
-  }
-  for (int64_t j0 = 0; j0 < n; j0 += 16) {
-    const int64_t jn = n - j0 < 16 ? n - j0 : 16;
-    const float *wj = w + j0 * ldb;
-    const int ahead = j0 + 32 <= n;
-    int64_t ib = 0;
-    for (; jn == 16 && ib + 4 <= mb; ib += 4)
-      for (int h = 0; h < 16; h += 4) {
-        const lumos_f32x16 *q = at + ib * k;
-        const float *wh = wj + h * ldb;
-        const int pass = ib + h / 4;
-        lumos_f32x16 acc[4][4];
-        for (int u = 0; u < 4; u++)
-          for (int j = 0; j < 4; j++) acc[u][j] = (lumos_f32x16){0};
-        for (int64_t p = 0; p < k; p++) {
-          if (!(p & 15) && ahead)
-            for (int j = pass; j < 16; j += passes)
-              __builtin_prefetch(wj + (16 + j) * ldb + p, 0, 2);
-          const lumos_f32x16 x0 = q[p], x1 = q[k + p], x2 = q[2 * k + p], x3 = q[3 * k + p];
-          for (int j = 0; j < 4; j++) {
-            const lumos_f32x16 s = LUMOS_SPLAT_F32X16(wh[j * ldb + p]);
-            acc[0][j] = LUMOS_FMA_F32X16(x0, s, acc[0][j]);
-            acc[1][j] = LUMOS_FMA_F32X16(x1, s, acc[1][j]);
-            acc[2][j] = LUMOS_FMA_F32X16(x2, s, acc[2][j]);
-            acc[3][j] = LUMOS_FMA_F32X16(x3, s, acc[3][j]);
-          }
-        }
-        for (int u = 0; u < 4; u++)
-          for (int j = 0; j < 4; j++) cols[(ib + u) * 16 + h + j] = acc[u][j];
-      }
-    for (; ib < mb; ib++) {
-      const lumos_f32x16 *q = at + ib * k;
-      lumos_f32x16 acc[16];
-      for (int j = 0; j < 16; j++) acc[j] = (lumos_f32x16){0};
-      if (jn == 16) {
-        int64_t p = 0;
-        for (; p + 4 <= k; p += 4) {
-          if (!(p & 15) && ahead)
-            for (int j = (int)ib; j < 16; j += passes)
-              __builtin_prefetch(wj + (16 + j) * ldb + p, 0, 2);
-          const lumos_f32x16 x0 = q[p], x1 = q[p + 1], x2 = q[p + 2], x3 = q[p + 3];
-          for (int j = 0; j < 16; j++) {
-            const float *wp = wj + j * ldb + p;
-            acc[j] = LUMOS_FMA_F32X16(x0, LUMOS_SPLAT_F32X16(wp[0]), acc[j]);
-            acc[j] = LUMOS_FMA_F32X16(x1, LUMOS_SPLAT_F32X16(wp[1]), acc[j]);
-            acc[j] = LUMOS_FMA_F32X16(x2, LUMOS_SPLAT_F32X16(wp[2]), acc[j]);
-            acc[j] = LUMOS_FMA_F32X16(x3, LUMOS_SPLAT_F32X16(wp[3]), acc[j]);
-          }
-        }
-        for (; p < k; p++)
-          for (int j = 0; j < 16; j++)
-            acc[j] = LUMOS_FMA_F32X16(q[p], LUMOS_SPLAT_F32X16(wj[j * ldb + p]), acc[j]);
-      } else {
-        for (int j = 0; j < jn; j++)
-          for (int64_t p = 0; p < k; p++)
-            acc[j] = LUMOS_FMA_F32X16(q[p], LUMOS_SPLAT_F32X16(wj[j * ldb + p]), acc[j]);
-      }
-      for (int j = 0; j < 16; j++) cols[ib * 16 + j] = acc[j];
-    }
-    for (ib = 0; ib < mb; ib++) {
-      lumos_f32x16 r[16];
-      for (int j = 0; j < 16; j++) r[j] = cols[ib * 16 + j];
-      lumos_transpose16(r); /* r[i]: the block's row i, 16 columns */
-      for (int i = 0; i < 16 && ib * 16 + i < m; i++)
-        LUMOS_STORE_F32X16_FIRST(c + (ib * 16 + i) * ldc + j0, r[i], jn);
-    }
-  }
-}
-/* C = A B (row-major, as cblas_sgemm with alpha 1 and beta 0), single-threaded, by lumos'
-   own kernel (kernels.Tile.own, Kernels.own): B copied into this unit's scratch as panels
-   of 64 columns, each k rows of its width rounded up to 16 and zero-padded, then each
-   panel's columns of C for all rows of A (held in L1 across the panels); B stored transposed
-   (a linear layer's weight) and A a few rows: lumos_gemm_rows */
-void lumos_gemm_own(int ta, int tb, int64_t m, int64_t n, int64_t k, const float *a,
-                    int64_t lda, const float *b, int64_t ldb, float *c, int64_t ldc) {
-  if (tb && m <= @ROWS_MAX_M@) {
-    lumos_gemm_rows(m, n, k, a, ta ? 1 : lda, ta ? lda : 1, b, ldb, c, ldc);
-    return;
-  }
-  float *restrict bp = lumos_tile(0, (n + 15) / 16 * 16 * k);
-  for (int64_t j0 = 0; j0 < n; j0 += 64) {
-    const int64_t w = n - j0 < 64 ? n - j0 : 64, wp = (w + 15) / 16 * 16;
-    float *restrict q = bp + j0 * k;
-    for (int64_t p = 0; p < k; p++)
-      for (int64_t j = 0; j < wp; j++)
-        q[p * wp + j] = j >= w ? 0.0f : tb ? b[(j0 + j) * ldb + p] : b[p * ldb + j0 + j];
-  }
-  const int64_t sam = ta ? 1 : lda, sak = ta ? lda : 1;
-  for (int64_t j0 = 0; j0 < n; j0 += 64) {
-    const int64_t w = n - j0 < 64 ? n - j0 : 64;
-    const float *q = bp + j0 * k;
-    switch ((w + 15) / 16) {
-      case 1: lumos_gemm_own1(m, w, k, a, sam, sak, q, c + j0, ldc); break;
-      case 2: lumos_gemm_own2(m, w, k, a, sam, sak, q, c + j0, ldc); break;
-      case 3: lumos_gemm_own3(m, w, k, a, sam, sak, q, c + j0, ldc); break;
-      default: lumos_gemm_own4(m, w, k, a, sam, sak, q, c + j0, ldc);
-    }
-  }
-}
-"""
+OWN_GEMM = (_C / "own_gemm.c").read_text()
 
 
 def _transpose16() -> str:
@@ -660,332 +124,15 @@ def _transpose16() -> str:
 OWN_GEMM = OWN_GEMM.replace("@TRANSPOSE16@", _transpose16()).replace("@ROWS_MAX_M@",
                                                                        str(ROWS_MAX_M))
 
-AMX_GEMM = r"""/* C = A B (row-major, as cblas_sgemm with alpha 1 and beta 0), single-threaded, in
-   PyTorch's "high" float32 matmul precision (kernels.Kernels.amx): each factor split into
-   two bfloat16s, x = hi + lo (each rounded to nearest: |x - hi - lo| <= 2^-17 |x|), and
-   A B = Ahi Bhi + Alo Bhi + Ahi Blo (the Alo Blo term, ~2^-16 of it, dropped) summed in
-   float on AMX tiles: a relative error of ~4e-6 of the products' magnitude, against
-   float's ~4e-7. A is packed into scratch as 16-row tiles of 32 k (hi, then lo), B as
-   pairs of 16-column tiles of 32 k in the tiles' pairs-of-rows layout (hi, then lo); each
-   step multiplies 2 x 2 tiles of C (32 x 32 floats) by 32 k, three products. Without AMX
-   (a compiler or kernel that lacks it) it is OpenBLAS' float product. */
-#include <stdlib.h>
-#include <string.h>
-#if defined(__AMX_TILE__) && defined(__AMX_BF16__) && defined(__AVX512BF16__) && \
-    defined(__linux__)
-#include <immintrin.h>
-#include <sys/syscall.h>
-#include <unistd.h>
-static int lumos_amx_ok;
-/* Linux hands out the tiles' 8 KiB of state only to a process that asks
-   (ARCH_REQ_XCOMP_PERM for XFEATURE_XTILEDATA); every thread then has it */
-__attribute__((constructor)) static void lumos_amx_init(void) {
-  lumos_amx_ok = syscall(SYS_arch_prctl, 0x1023, 18) == 0;
-}
-typedef struct {
-  uint8_t palette, start, reserved[14];
-  uint16_t colsb[16];
-  uint8_t rows[16];
-} lumos_tilecfg;
-/* 16 floats as bf16 hi and lo (an infinite x: lo 0, not inf - inf) */
-static inline void lumos_split16(__m512 x, uint16_t *hi, uint16_t *lo) {
-  const __m256i xh = (__m256i)_mm512_cvtneps_pbh(x);
-  const __m512 back = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(xh), 16));
-  const __m512 rest = _mm512_maskz_sub_ps(~_mm512_fpclass_ps_mask(back, 0x18), x, back);
-  _mm256_storeu_si256((__m256i *)hi, xh);
-  _mm256_storeu_si256((__m256i *)lo, (__m256i)_mm512_cvtneps_pbh(rest));
-}
-/* 32 floats (from p, or gathered `step` apart, zero past `n`) as bf16 hi and lo */
-static inline void lumos_split32(const float *p, int64_t step, int64_t n, uint16_t *hi,
-                                 uint16_t *lo) {
-  if (step == 1 && n >= 32) {
-    lumos_split16(_mm512_loadu_ps(p), hi, lo);
-    lumos_split16(_mm512_loadu_ps(p + 16), hi + 16, lo + 16);
-    return;
-  }
-  float t[32] __attribute__((aligned(64)));
-  for (int64_t e = 0; e < 32; e++) t[e] = e < n ? p[e * step] : 0.0f;
-  lumos_split16(_mm512_load_ps(t), hi, lo);
-  lumos_split16(_mm512_load_ps(t + 16), hi + 16, lo + 16);
-}
-/* 16 columns of two k rows, bf16, as the tiles' 16 words of pairs (one 64-byte row) */
-static inline void lumos_pairs16(const uint16_t *even, const uint16_t *odd, uint16_t *dst) {
-  const __m512i e = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)even));
-  const __m512i o = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)odd));
-  _mm512_store_si512(dst, _mm512_or_si512(e, _mm512_slli_epi32(o, 16)));
-}
-/* C tiles 0-3 += A tiles 4, 5 (rows) by B tiles 6, 7 (columns); C tiles 0-2 += A tile
-   A by B tiles 5-7 */
-#define LUMOS_AMX_2X2()                                                                    \
-  do {                                                                                     \
-    _tile_dpbf16ps(0, 4, 6);                                                               \
-    _tile_dpbf16ps(1, 4, 7);                                                               \
-    _tile_dpbf16ps(2, 5, 6);                                                               \
-    _tile_dpbf16ps(3, 5, 7);                                                               \
-  } while (0)
-#define LUMOS_AMX_1X3(A)                                                                   \
-  do {                                                                                     \
-    _tile_dpbf16ps(0, A, 5);                                                               \
-    _tile_dpbf16ps(1, A, 6);                                                               \
-    _tile_dpbf16ps(2, A, 7);                                                               \
-  } while (0)
-/* every tile 16 rows of 64 bytes */
-static inline void lumos_amx_config(void) {
-  lumos_tilecfg cfg;
-  memset(&cfg, 0, sizeof cfg);
-  cfg.palette = 1;
-  for (int t = 0; t < 8; t++) {
-    cfg.colsb[t] = 64;
-    cfg.rows[t] = 16;
-  }
-  _tile_loadconfig(&cfg);
-}
-static __thread uint16_t *lumos_amx_p[2];
-static __thread int64_t lumos_amx_n[2];
-static uint16_t *lumos_amx_scratch(int j, int64_t n) {
-  if (n > lumos_amx_n[j]) {
-    free(lumos_amx_p[j]);
-    lumos_amx_p[j] = (uint16_t *)aligned_alloc(64, (size_t)n * 2);
-    if (!lumos_amx_p[j]) abort();
-    lumos_amx_n[j] = n;
-  }
-  return lumos_amx_p[j];
-}
-/* C tile T to rows I0.., columns J0.. of c (a partial one through `part`) */
-#define LUMOS_AMX_STORE(T, I0, J0)                                                         \
-  if ((I0) < m && (J0) < n) {                                                              \
-    if ((I0) + 16 <= m && (J0) + 16 <= n)                                                  \
-      _tile_stored(T, c + (I0) * ldc + (J0), ldc * 4);                                     \
-    else {                                                                                 \
-      _tile_stored(T, part, 64);                                                           \
-      for (int64_t r = 0; r < 16 && (I0) + r < m; r++)                                     \
-        for (int64_t j = 0; j < 16 && (J0) + j < n; j++)                                   \
-          c[((I0) + r) * ldc + (J0) + j] = part[r * 16 + j];                               \
-    }                                                                                      \
-  }
-void lumos_gemm_amx(int ta, int tb, int64_t m, int64_t n, int64_t k, const float *a,
-                    int64_t lda, const float *b, int64_t ldb, float *c, int64_t ldc) {
-  if (!lumos_amx_ok) {
-    lumos_cblas(ta, tb, m, n, k, a, lda, b, ldb, c, ldc);
-    return;
-  }
-  const int64_t kb = (k + 31) / 32, np = (n + 31) / 32;
-  /* B: per panel of 32 columns, per 32 k: 2 tiles hi, 2 tiles lo; each tile's row p holds
-     k rows 2p and 2p + 1 of its 16 columns, interleaved */
-  uint16_t *bp = lumos_amx_scratch(1, np * kb * 2048);
-  for (int64_t jp = 0; jp < np; jp++)
-    for (int64_t q = 0; q < kb; q++) {
-      uint16_t *h = bp + (jp * kb + q) * 2048; /* its first tile; the second 512 on */
-      const int64_t j0 = jp * 32, kk = q * 32;
-      const int64_t w = n - j0 < 32 ? n - j0 : 32, d = k - kk < 32 ? k - kk : 32;
-      if (tb) /* column j's 32 k lie together: split, then each pair of k to row p */
-        for (int64_t j = 0; j < 32; j++) {
-          uint32_t hi[16] __attribute__((aligned(64))), lo[16] __attribute__((aligned(64)));
-          lumos_split32(b + (j0 + j) * ldb + kk, 1, j < w ? d : 0, (uint16_t *)hi,
-                        (uint16_t *)lo);
-          uint16_t *t = h + j / 16 * 512 + j % 16 * 2;
-          for (int64_t p = 0; p < 16; p++) {
-            memcpy(t + p * 32, hi + p, 4);
-            memcpy(t + 1024 + p * 32, lo + p, 4);
-          }
-        }
-      else /* k rows 2p and 2p + 1 of the 32 columns: split, then interleaved */
-        for (int64_t p = 0; p < 16; p++) {
-          uint16_t h2[2][32] __attribute__((aligned(64))), l2[2][32] __attribute__((aligned(64)));
-          for (int e = 0; e < 2; e++)
-            lumos_split32(b + (kk + 2 * p + e) * ldb + j0, 1, 2 * p + e < d ? w : 0, h2[e],
-                          l2[e]);
-          for (int half = 0; half < 2; half++) {
-            lumos_pairs16(h2[0] + 16 * half, h2[1] + 16 * half, h + half * 512 + p * 32);
-            lumos_pairs16(l2[0] + 16 * half, l2[1] + 16 * half, h + 1024 + half * 512 + p * 32);
-          }
-        }
-    }
-  lumos_amx_config();
-  float part[256] __attribute__((aligned(64)));
-  /* A in blocks of rows (512 KiB packed, 128 rows at least: in L2), each multiplied by
-     every panel of B, which is read again from L3 for each block (harness, 2 threads,
-     4096 x 384 x 1536: blocks of 64 rows 8.3 ms, of 128 7.3) */
-  const int64_t rb = LUMOS_MAX(128, (131072 / LUMOS_MAX(kb * 32, 1)) & ~31);
-  uint16_t *ap = lumos_amx_scratch(0, rb / 16 * kb * 1024);
-  for (int64_t r0 = 0; r0 < m; r0 += rb) {
-    const int64_t rows = m - r0 < rb ? m - r0 : rb, mt = (rows + 15) / 16;
-    lumos_amx_pack_a(rows, k, ta ? a + r0 : a + r0 * lda, ta ? 1 : lda, ta ? lda : 1, ap);
-    if (mt % 2) /* an odd last tile's partner: zeros */
-      memset(ap + mt * kb * 1024, 0, (size_t)kb * 1024 * sizeof(uint16_t));
-    for (int64_t jp = 0; jp < np; jp++)
-      for (int64_t it = 0; it < mt; it += 2) {
-        _tile_zero(0);
-        _tile_zero(1);
-        _tile_zero(2);
-        _tile_zero(3);
-        const uint16_t *a0 = ap + it * kb * 1024, *a1 = a0 + kb * 1024, *bq = bp + jp * kb * 2048;
-        /* the block's last rows: fetch the next panel into L2 (harness, 4096 x 1536 x 384:
-           7.8 -> 6.8-7.2 ms) */
-        const int last = it + 2 >= mt && jp + 1 < np;
-        for (int64_t q = 0; q < kb; q++) {
-          const uint16_t *x0 = a0 + q * 1024, *x1 = a1 + q * 1024, *y = bq + q * 2048;
-          if (last)
-            for (int l = 0; l < 2048; l += 32)
-              _mm_prefetch((const char *)(y + kb * 2048 + l), _MM_HINT_T1);
-          _tile_loadd(4, x0, 64); /* Ahi Bhi */
-          _tile_loadd(5, x1, 64);
-          _tile_loadd(6, y, 64);
-          _tile_loadd(7, y + 512, 64);
-          LUMOS_AMX_2X2();
-          _tile_loadd(4, x0 + 512, 64); /* Alo Bhi */
-          _tile_loadd(5, x1 + 512, 64);
-          LUMOS_AMX_2X2();
-          _tile_loadd(4, x0, 64); /* Ahi Blo */
-          _tile_loadd(5, x1, 64);
-          _tile_loadd(6, y + 1024, 64);
-          _tile_loadd(7, y + 1536, 64);
-          LUMOS_AMX_2X2();
-        }
-        const int64_t i0 = r0 + it * 16, j0 = jp * 32;
-        LUMOS_AMX_STORE(0, i0, j0)
-        LUMOS_AMX_STORE(1, i0, j0 + 16)
-        LUMOS_AMX_STORE(2, i0 + 16, j0)
-        LUMOS_AMX_STORE(3, i0 + 16, j0 + 16)
-      }
-  }
-  _tile_release();
-}
-int lumos_amx_ready(void) { return lumos_amx_ok; }
-int64_t lumos_amx_a_size(int64_t m, int64_t k) { return (m + 15) / 16 * ((k + 31) / 32) * 1024; }
-/* A (m x k, element (i, p) at a[i * sam + p * sak]) as 16-row tiles of 32 k, hi then lo */
-void lumos_amx_pack_a(int64_t m, int64_t k, const float *a, int64_t sam, int64_t sak,
-                      uint16_t *aq) {
-  const int64_t kb = (k + 31) / 32;
-  for (int64_t i = 0; i < (m + 15) / 16 * 16; i++)
-    for (int64_t q = 0; q < kb; q++) {
-      uint16_t *h = aq + ((i / 16 * kb + q) * 2 * 16 + i % 16) * 32;
-      const int64_t w = i < m ? (k - q * 32 < 32 ? k - q * 32 : 32) : 0;
-      lumos_split32(a + i * sam + q * 32 * sak, sak, w, h, h + 512);
-    }
-}
-/* lumos_gemm_windows' product as bf16x3: C's rows (all m) at 48 padded columns from j0 of
-   B, B's row p read at pd + koff[p] (a convolution's windows in its padded input; the
-   copy holds 96 floats past its end), the padded columns dropped on the way out. B's
-   panel is split into scratch (3 tiles of 16 columns per 32 k, hi, then lo); per 16 rows
-   of A, 3 tiles of C by 32 k a step, three products each. */
-void lumos_amx_windows(int64_t m, int64_t k, const uint16_t *aq, const float *pd,
-                       const int64_t *koff, int64_t j0, int64_t j, int64_t w, int64_t pw,
-                       float *c, int64_t ldc) {
-  const int64_t kb = (k + 31) / 32, nr = j - j0 < 48 ? j - j0 : 48;
-  uint16_t *bp = lumos_amx_scratch(1, kb * 3072);
-  for (int64_t q = 0; q < kb; q++)
-    for (int64_t p = 0; p < 16; p++) {
-      uint16_t h2[2][48] __attribute__((aligned(64))), l2[2][48] __attribute__((aligned(64)));
-      for (int e = 0; e < 2; e++) {
-        const int64_t r = q * 32 + 2 * p + e;
-        if (r < k)
-          for (int x = 0; x < 48; x += 16)
-            lumos_split16(_mm512_loadu_ps(pd + koff[r] + j0 + x), h2[e] + x, l2[e] + x);
-        else {
-          memset(h2[e], 0, sizeof h2[e]);
-          memset(l2[e], 0, sizeof l2[e]);
-        }
-      }
-      for (int ct = 0; ct < 3; ct++) {
-        lumos_pairs16(h2[0] + 16 * ct, h2[1] + 16 * ct, bp + (q * 6 + ct) * 512 + p * 32);
-        lumos_pairs16(l2[0] + 16 * ct, l2[1] + 16 * ct, bp + (q * 6 + 3 + ct) * 512 + p * 32);
-      }
-    }
-  lumos_amx_config();
-  float t[16][48] __attribute__((aligned(64)));
-  for (int64_t i0 = 0; i0 < m; i0 += 16) {
-    _tile_zero(0);
-    _tile_zero(1);
-    _tile_zero(2);
-    const uint16_t *a = aq + i0 / 16 * kb * 1024;
-    for (int64_t q = 0; q < kb; q++) {
-      const uint16_t *x = a + q * 1024, *y = bp + q * 3072;
-      _tile_loadd(3, x, 64); /* Ahi Bhi */
-      _tile_loadd(5, y, 64);
-      _tile_loadd(6, y + 512, 64);
-      _tile_loadd(7, y + 1024, 64);
-      LUMOS_AMX_1X3(3);
-      _tile_loadd(4, x + 512, 64); /* Alo Bhi */
-      LUMOS_AMX_1X3(4);
-      _tile_loadd(5, y + 1536, 64); /* Ahi Blo */
-      _tile_loadd(6, y + 2048, 64);
-      _tile_loadd(7, y + 2560, 64);
-      LUMOS_AMX_1X3(3);
-    }
-    _tile_stored(0, t[0], 192);
-    _tile_stored(1, t[0] + 16, 192);
-    _tile_stored(2, t[0] + 32, 192);
-    lumos_windows_out(t[0], 48, i0, m - i0 < 16 ? m - i0 : 16, j0, nr, w, pw, c, ldc);
-  }
-  _tile_release();
-}
-#else
-void lumos_gemm_amx(int ta, int tb, int64_t m, int64_t n, int64_t k, const float *a,
-                    int64_t lda, const float *b, int64_t ldb, float *c, int64_t ldc) {
-  lumos_cblas(ta, tb, m, n, k, a, lda, b, ldb, c, ldc);
-}
-int lumos_amx_ready(void) { return 0; }
-int64_t lumos_amx_a_size(int64_t m, int64_t k) { return 0; }
-void lumos_amx_pack_a(int64_t m, int64_t k, const float *a, int64_t sam, int64_t sak,
-                      uint16_t *aq) {}
-void lumos_amx_windows(int64_t m, int64_t k, const uint16_t *aq, const float *pd,
-                       const int64_t *koff, int64_t j0, int64_t j, int64_t w, int64_t pw,
-                       float *c, int64_t ldc) {
-  abort(); /* (callers check lumos_amx_ready) */
-}
-#endif
-"""
+AMX_GEMM = (_C / "amx_gemm.c").read_text()
 
-DRIVER = r"""int lumos_nt = 0;
-void lumos_set_threads(int n) {
-  lumos_nt = n;
-#ifdef LUMOS_BLAS
-  scipy_openblas_set_num_threads(1); /* the kernels split products themselves: lumos_sgemm */
-#endif
-}
-#include <time.h>
-static inline int64_t lumos_now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
-}
-/* > 0: lumos_run returns between kernels once it has run this long (a search timing a
-   candidate that cannot win any more; its outputs are then unfinished) */
-int64_t lumos_budget_ns = 0;
-"""
+DRIVER = (_C / "driver.c").read_text()
 BLAS = "#define LUMOS_BLAS 1\n#include <cblas.h>\n"  # OpenBLAS (see cc.py)
 # CompileOptions.flush_denormals: each thread of the pool saves its float control register
 # and sets flush-to-zero (x86: MXCSR's DAZ and FTZ bits; AArch64: FPCR's FZ), the run, then
 # each restores what it saved (the calling thread is one of them, and the pool's threads run
 # other code of the process too)
-_FLUSH = r"""#if defined(__x86_64__) || defined(__i386__)
-#define LUMOS_FPCR_GET() __builtin_ia32_stmxcsr()
-#define LUMOS_FPCR_SET(x) __builtin_ia32_ldmxcsr(x)
-#define LUMOS_FPCR_FLUSH 0x8040u
-#elif defined(__aarch64__)
-#define LUMOS_FPCR_GET() __builtin_aarch64_get_fpcr()
-#define LUMOS_FPCR_SET(x) __builtin_aarch64_set_fpcr(x)
-#define LUMOS_FPCR_FLUSH (1u << 24)
-#endif
-#ifdef LUMOS_FPCR_FLUSH
-static __thread unsigned lumos_fpcr;
-static __thread int lumos_fpcr_held;
-static void lumos_flush_denormals(int on) {
-  #pragma omp parallel num_threads(lumos_threads())
-  if (on && !lumos_fpcr_held) {
-    lumos_fpcr = LUMOS_FPCR_GET();
-    LUMOS_FPCR_SET(lumos_fpcr | LUMOS_FPCR_FLUSH);
-    lumos_fpcr_held = 1;
-  } else if (!on && lumos_fpcr_held) {
-    LUMOS_FPCR_SET(lumos_fpcr);
-    lumos_fpcr_held = 0;
-  }
-}
-#else
-static void lumos_flush_denormals(int on) { (void)on; }
-#endif
-"""
+_FLUSH = (_C / "flush.c").read_text()
 
 _STORAGE = {"f32": "float", "f64": "double", "f16": "uint16_t", "bf16": "uint16_t",
             "i8": "int8_t", "u8": "uint8_t", "i16": "int16_t", "i32": "int32_t",
@@ -1070,11 +217,13 @@ class Buffer:
 
 @dataclass(frozen=True)
 class Kernel:
-    """A kernel the driver calls (for the profile log): its node, kind and output."""
+    """A kernel the driver calls (profiled): its node, kind, output, and its function's
+    name (a hash of its code: equal names, equal kernels)."""
     node: int
     op: str
     shape: tuple[Expr, ...]
     dtype: DType
+    name: str = ""
 
 
 @dataclass(frozen=True)
@@ -1673,6 +822,8 @@ class _Codegen:
                 return f"lumos_exp2f({a})"
             return f"{_MATH[op]}{suffix}({a})"
         b = vals[1]
+        if op == "Select":  # (an int, then the values where it is not 0 and where it is)
+            return f"(({a}) != 0 ? ({b}) : ({vals[2]}))"
         if op == "Add":
             return f"(({a}) | ({b}))" if in_dt.is_bool else f"(({a}) + ({b}))"
         if op == "Mul":
@@ -2370,10 +1521,12 @@ _PROFILE = "int64_t lumos_profile_ns[{n}];\n"  # (lumos_now: the driver's)
 _LATE = "  if (lumos_budget_ns > 0 && lumos_now() - t0 > lumos_budget_ns) goto done;"
 
 
-def generate(g: Kernels, flush_denormals: bool = False) -> tuple[tuple[Unit, ...], Layout]:
+def generate(g: Kernels, flush_denormals: bool = False,
+             profile: bool = False) -> tuple[tuple[Unit, ...], Layout]:
     """The C translation units of `g`: the driver `lumos_run` first, then one per distinct
     kernel as (prelude, definition) (cached separately, compiled in batches: see
-    cc.compile_units); and its buffer layout. `flush_denormals`: see CompileOptions."""
+    cc.compile_units); and its buffer layout. `flush_denormals`: see CompileOptions.
+    `profile` (or LUMOS_LOG=profile): the driver times each kernel into lumos_profile_ns."""
     gen = _Codegen(g)
     nodes = g.nodes
     inputs = tuple(i for i, n in enumerate(nodes) if n.op == "Input")
@@ -2417,7 +1570,7 @@ def generate(g: Kernels, flush_denormals: bool = False) -> tuple[tuple[Unit, ...
         tiles(r.body) for r in rows(g.bodies[i])))) for i in order)
     dim_decls = "".join(f"  const int64_t D_{d} = dims[{k}];\n" for k, d in enumerate(g.dims))
     units: dict[str, tuple[str, str]] = {}  # kernel function name -> (prelude, definition)
-    decls, calls = [], []
+    decls, calls, names = [], [], []
     for i in order:
         gen.args = {}
         gen._count = 0  # hoisted names restart: equal kernels have equal text
@@ -2439,6 +1592,7 @@ def generate(g: Kernels, flush_denormals: bool = False) -> tuple[tuple[Unit, ...
         text = signature + " {\n" + dim_decls + _indent(body) + "}\n"
         # named by content: equal kernels (layers, other programs) share one compiled object
         name = "k_" + hashlib.sha256((attrs + text).encode()).hexdigest()[:20]
+        names.append(name)
         if name not in units:
             head = BLAS if n.op == "Gemm" or gen.tiles or gen.rows_in else ""
             # weak: batches of units compiled at once by two processes may overlap
@@ -2448,8 +1602,9 @@ def generate(g: Kernels, flush_denormals: bool = False) -> tuple[tuple[Unit, ...
         ptrs += [f"(const {storage(nodes[j].dtype)} *){slots[j]}" for j in gen.args]
         calls.append(f"  {name}({', '.join(ptrs)}, dims);")
     parts = [(BLAS if any_blas else "") + PRELUDE + DRIVER, *decls]
-    profiled = tuple(Kernel(i, nodes[i].op, nodes[i].shape, nodes[i].dtype)
-                     for i in order) if enabled("profile") else ()
+    profiled = tuple(Kernel(i, nodes[i].op, nodes[i].shape, nodes[i].dtype, name)
+                     for i, name in zip(order, names, strict=True)) \
+        if profile or enabled("profile") else ()
     if profiled:
         parts.append(_PROFILE.format(n=len(profiled)))
         calls = [f"  t = lumos_now();\n{c}\n  lumos_profile_ns[{k}] = lumos_now() - t;"

@@ -8,10 +8,13 @@ in `bodies` (their `inputs` are the buffers the body loads), and `Gemm` (a SumRe
 over the product of its two inputs read through its two `views`, as a BLAS call: `gemm`).
 A body is a tree of `Load(src, view)` (buffer `src` read through `view`, over the
 kernel's iteration space), `Apply(op, dtype, args, valid)` (an elementwise primitive
-computed inline, 0 where `valid` is 0), `Reduce` (a short max reduction inlined) and
-`Tile` (a matrix product computed by the kernel that reads it, in blocks of rows).
+computed inline, 0 where `valid` is 0; or "Select": a Gather at positions known without
+data, the frontend's `where`, as `args[0] ? args[1] : args[2]`), `Reduce` (a short max
+reduction inlined) and `Tile` (a matrix product computed by the kernel that reads it, in
+blocks of rows). A Map may be an operand's copy (KCopy) that a product reads.
 Decoding is decision-free: the genome's choices among ELoad and inline alternatives
-(lower_cpu.egg) are the kernel boundaries; views are composed here.
+(lower_cpu.egg) are the kernel boundaries; views are composed here. `Kernels.origin`
+names the e-classes each kernel's code comes from (the kernel search judges moves by it).
 """
 
 from __future__ import annotations
@@ -37,14 +40,15 @@ from lumos.shape.expr import ONE, ZERO, Bounds, is_axis_var
 FUSE_ROUNDS = 16  # inlining depth: one producer level per round (BERT's gelu: 3 kernels at 12)
 LOWER = CORE + Rules.files(Path(__file__).with_name("lower_cpu.egg"),
                            stages=(Stage(saturate=("lower_cpu",), required=True),))
-RULES = LOWER + Rules((), (Stage(bounded=("fuse",), rounds=FUSE_ROUNDS),))  # with fusion
+RULES = LOWER + Rules((), (Stage(bounded=("fuse",), saturate=("views",), rounds=FUSE_ROUNDS),))
 ELEMENTWISE = (*UNARY, *BINARY, "Cast")
-EXECUTABLE = frozenset({"Root", "Input", "Constant", "Iota", "Gather", "Scatter", "KMap",
+BODY_OPS = (*ELEMENTWISE, "Select")  # (Select: an ESelect, inline only)
+EXECUTABLE = frozenset({"Root", "Input", "Constant", "Iota", "Gather", "Scatter", "KMap", "KCopy",
                         "KSumReduce", "KMaxReduce", "KOutput", "KGemm", "KGemmOwn", "KGemmAmx",
                         "KGemmPack", "KGemmWindows", "KGemmWindowsAmx", "ELoad",
                         "EMaxReduce", "EGemm", "EGemmOwn", "EGemmWindows", "EGemmWindowsAmx",
                         "ERows",
-                        *(f"E{op}" for op in ELEMENTWISE)})
+                        *(f"E{op}" for op in BODY_OPS)})
 SHORT_AXIS = 16  # an inlined max reduction's axis: a constant length up to this
 
 
@@ -498,6 +502,8 @@ class Kernels:
     packs: dict[int, Pack] = field(default_factory=dict)  # Gemm node -> its packed factor
     own: set[int] = field(default_factory=set)  # Gemm nodes run by lumos_gemm_own
     amx: set[int] = field(default_factory=set)  # ... by lumos_gemm_amx (bf16x3)
+    # decoded from a genome: node -> (the e-class it writes, the e-classes its code is from)
+    origin: dict[int, tuple[int, frozenset[int]]] = field(default_factory=dict)
 
     def add(self, node: Node, body: Body | None = None) -> int:
         if body is not None:
@@ -651,12 +657,15 @@ def from_genome(space: SearchSpace, choice: Mapping[int, int] | Sequence[int],
         return space.classes[c][choice[c]]
 
     bodies: dict[int, Body] = {}  # by class: a producer inlined twice is one shared object
+    under: dict[int, frozenset[int]] = {}  # by class: the classes its body is built from
 
     def body(c: int) -> Body:
         b = bodies.get(c)
         if b is not None:
             return b
         n = node(c)
+        inner = [p for p in n.children if n.op not in ("ELoad", "EGemm", "EGemmOwn",
+                                                        "EGemmWindows", "EGemmWindowsAmx")]
         view = compose(n.fields[0 if n.op.startswith("EGemm") else -1], bounds)
         if n.op == "ERows":
             p = node(n.children[0])
@@ -680,16 +689,19 @@ def from_genome(space: SearchSpace, choice: Mapping[int, int] | Sequence[int],
             args = tuple(body(a) for a in n.children)
             op = n.op[1:]
             dt = as_dtype(n.fields[0]) if op == "Cast" else bool_ if op == "LessThan" else \
-                k.dtype(args[0])
+                k.dtype(args[1]) if op == "Select" else k.dtype(args[0])
             b = Apply(op, dt, args, view.valid)
+        if n.op == "ERows":
+            inner = [n.children[0], node(n.children[0]).children[0]]
+        under[c] = frozenset((c, *(x for p in inner for x in under.get(p, (p,)))))
         bodies[c] = b
         return b
 
     def buffer(c: int, n: ENode) -> int:
         f = n.fields
-        if n.op in ("KMap", "KOutput", "KSumReduce", "KMaxReduce"):
+        if n.op in ("KMap", "KCopy", "KOutput", "KSumReduce", "KMaxReduce"):
             b = body(n.children[0])
-            op = n.op[1:]
+            op = "Map" if n.op == "KCopy" else n.op[1:]
             built[c] = k.add(Node(op, (), (), f[0], k.dtype(b),
                                   axis=f[1] if op in REDUCE else None,
                                   persist=f[1] if op == "Output" else False), b)
@@ -726,6 +738,8 @@ def from_genome(space: SearchSpace, choice: Mapping[int, int] | Sequence[int],
             built[c] = k.add(Node(n.op, ins, tuple(f[1:]), f[0], dt))
         else:
             raise LumosError(f"cpu decode: {n.op} is not a CPU kernel")
+        made = [under[p] for p in n.children if p in under]  # (bodies, not the buffers read)
+        k.origin[built[c]] = (c, frozenset((c,)).union(*made))
         return built[c]
 
     for c, n in extract(space, dict(enumerate(choice)) if isinstance(choice, Sequence)
@@ -827,9 +841,10 @@ def seeds(space: SearchSpace, env: Mapping[str, int],
     `env` gives the dims' sizes; `genomes`, the space's Genomes if the caller made one.
     The search times the seeds like any other candidate."""
     readers: dict[int, int] = {}  # producer class -> kernels reading its buffer (HLIR edges)
-    for nodes in space.classes:
+    copying = {m.children[0] for nodes in space.classes for m in nodes if m.op == "KCopy"}
+    for c, nodes in enumerate(space.classes):
         for n in nodes:
-            if n.op == "ELoad" and n.fields[0][0] == "Top":
+            if n.op == "ELoad" and n.fields[0][0] == "Top" and c not in copying:
                 readers[n.children[0]] = readers.get(n.children[0], 0) + 1
     parents: dict[int, list[tuple[int, ENode]]] = {}  # class -> (class, node) using it
     for i, nodes in enumerate(space.classes):
@@ -891,9 +906,14 @@ def seeds(space: SearchSpace, env: Mapping[str, int],
     made = genomes if genomes is not None else Genomes(space)
     baseline = made.baseline(random.Random(0))  # cpu_space: the unfused program first
     short = {m.children[0] for r in space.classes for m in r if m.op == "EMaxReduce"}
+    selects = {m.children[0] for r in space.classes if any(x.op == "ESelect" for x in r)
+               for m in r if m.op == "ELoad"}  # Gathers that a reader may compute as selects
     for c, n in extract(space, baseline):  # producers before their readers
-        if n.op in ("KMap", "KOutput") or n.op == "KMaxReduce" and n.children[0] in short:
+        if n.op in ("KMap", "KCopy", "KOutput") or \
+                n.op == "KMaxReduce" and n.children[0] in short:
             ops[c] = body_ops(n.children[0])
+        elif n.op == "Gather" and c in selects:
+            ops[c] = 1
 
     sizes = {d: (v, v) for d, v in env.items()}
 
@@ -934,8 +954,11 @@ def seeds(space: SearchSpace, env: Mapping[str, int],
         win_op = n.op.startswith("KGemmWindows")
         side, bsh = (1, n.fields[5]) if win_op else n.fields[5:7]
         other = n.children[0 if win_op else 1 - side]
-        f = next(g.children[side] for g in space.classes[c]  # (a commuted product: the other)
-                 if g.op == "KGemm" and g.children[1 - side] == other)
+        f = next((g.children[side] for g in space.classes[c]  # (a commuted product: the
+                  if g.op == "KGemm" and g.children[1 - side] == other and not copied(g)),
+                 None)                                    # other; a copied one: none)
+        if f is None:
+            return False
         if n.op == "KGemmPack" and any(m.op == "KMaxReduce" for m in space.classes[f]):
             # ... or a relu6 read only by this product (a depthwise convolution's, read by
             # the projection after it), large, its body computing no kernel in bands
@@ -990,7 +1013,7 @@ def seeds(space: SearchSpace, env: Mapping[str, int],
             return False
         return any(computes_tile(ch, depth + 1) for m in space.classes[c]
                    if m.op.startswith("E") and m.op not in ("ELoad", "ERows") or
-                   m.op in ("KMap", "KMaxReduce") for ch in m.children)
+                   m.op in ("KMap", "KCopy", "KMaxReduce") for ch in m.children)
 
     def computes_rows(c: int, depth: int = 0) -> bool:  # (as this seed chooses ERows)
         return depth <= FUSE_ROUNDS and any(
@@ -1014,16 +1037,25 @@ def seeds(space: SearchSpace, env: Mapping[str, int],
         return any(_numel(compose(m.fields[0], sizes).shape, env) * 2 <= _numel(k.fields[0], env)
                    for ld in loaded.get(p, []) for m in space.classes[ld] if m.op == "ERows")
 
+    def copied(n: ENode) -> bool:  # a product of a factor copied first (KCopy)
+        return any(m.op == "KCopy" for ch in n.children for m in space.classes[ch])
+
     def fused(blas: float) -> Cost:
         def cost(c: int, n: ENode) -> float:
+            if n.op in ("KGemm", "KGemmOwn", "KGemmAmx"):  # a product whose factor is a copy
+                return product(n) * (0.1 if copied(n) else 1.0)  # only where none is not
+            return other(c, n)
+
+        def product(n: ENode) -> float:
             if n.op == "KGemm":
                 return blas
             if n.op == "KGemmOwn":  # (second seed: neither)
                 return blas * (1.5 if own(gemm(gemm_views(n, sizes), n.fields[1], sizes))
                                else 0.5)
-            if n.op == "KGemmAmx":
-                return blas * (2.0 if amx(gemm(gemm_views(n, sizes), n.fields[1], sizes))
-                               else 0.5)
+            return blas * (2.0 if amx(gemm(gemm_views(n, sizes), n.fields[1], sizes))
+                           else 0.5)
+
+        def other(c: int, n: ENode) -> float:
             if n.op in ("KGemmPack", "KGemmWindows", "KGemmWindowsAmx"):
                 amx_first = 1.5 if n.op == "KGemmWindowsAmx" else 1.0  # (where offered)
                 return 2 * amx_first * blas if blas < 0 and packed(c, n) else 1.0

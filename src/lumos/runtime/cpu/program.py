@@ -48,16 +48,19 @@ from lumos.runtime.cpu.kernels import (
     seeds,
 )
 from lumos.runtime.cpu.plan import ALIGN, plan
-from lumos.search import GeneticSearch, Genome, Genomes
+from lumos.search import GeneticSearch, Genome, Genomes, KernelSearch
 from lumos.search.options import CompileOptions
 
 
-def build(program: Graph | Kernels, flush_denormals: bool = False) -> CompiledProgram:
+def build(program: Graph | Kernels, flush_denormals: bool = False,
+          profile: bool = False) -> CompiledProgram:
     """A kernel program (or a Graph: one kernel per node) -> compiled C program
-    (`flush_denormals`: see CompileOptions)."""
-    units, layout = generate(program if isinstance(program, Kernels) else from_graph(program),
-                             flush_denormals)
-    return CompiledProgram(compile_units(units), layout)
+    (`flush_denormals`: see CompileOptions; `profile`: each kernel timed, `kernel_ns`)."""
+    kernels = program if isinstance(program, Kernels) else from_graph(program)
+    units, layout = generate(kernels, flush_denormals, profile)
+    compiled = CompiledProgram(compile_units(units), layout)
+    compiled.origin = kernels.origin
+    return compiled
 
 
 class CompiledProgram:
@@ -72,6 +75,7 @@ class CompiledProgram:
         self._fn: Any = None
         self._sizes: tuple[np.ndarray, list[int]] | None = None  # see `plan`
         self._out_shapes: dict[tuple[int, ...], list[tuple[int, ...]]] = {}  # by dims
+        self.origin: dict[int, tuple[int, frozenset[int]]] = {}  # see Kernels.origin
 
     @property
     def source(self) -> Path:
@@ -141,6 +145,12 @@ class CompiledProgram:
                 for b in self.layout.outputs]
         return hit
 
+    def kernel_ns(self) -> list[int]:
+        """Each profiled kernel's nanoseconds in the last run (`layout.profiled` order)."""
+        n = len(self.layout.profiled)
+        return list((ctypes.c_int64 * n).in_dll(load(self.library), "lumos_profile_ns")) \
+            if n else []
+
     def log_profile(self, env: Mapping[str, int]) -> None:
         """Logs each kernel's time in the last run (of a program compiled with
         LUMOS_LOG=profile) and the bandwidth of writing its output."""
@@ -197,10 +207,10 @@ class CompiledProgram:
 
 class CpuRuntime:
     """Generated C kernels compiled with the system compiler. The graph goes through the
-    e-graph (one SearchSpace per dim bucket); without options each bucket takes the
-    baseline program (one kernel per node, no fusion), with CompileOptions a timed search
-    (lumos.runtime.cpu.tune) picks the fastest correct one. The choices are saved as an
-    artifact and reused by later compiles of the same graph (CompileOptions.cache)."""
+    e-graph (one SearchSpace per dim bucket) and a timed search (lumos.runtime.cpu.tune)
+    picks the fastest correct program of each (`CompileOptions.limit=0`: the baseline
+    program instead, one kernel per node, no fusion). The choices are saved as an artifact
+    and reused by later compiles of the same graph (CompileOptions.cache)."""
 
     name = "cpu"
     rules = RULES
@@ -210,10 +220,12 @@ class CpuRuntime:
         from lumos.runtime.cpu.tune import Profiling, prepare, tune
 
         opts = options or CompileOptions()
+        searched = opts.limit > 0
         flush = opts.flush_denormals
         buckets = combos(graph.dims, opts.dim_buckets)
-        rules = self.rules if options is not None else LOWER  # the baseline fuses nothing
-        saved = ArtifactCache(graph, rules, options) if caching(opts) else None
+        rules = self.rules if searched else LOWER  # the baseline fuses nothing
+        saved = ArtifactCache(graph, rules, opts if searched else None) \
+            if caching(opts) else None
         hit = saved.load(buckets) if saved is not None else None
         if hit is not None:
             return CpuProgram(graph, buckets, [build(from_genome(s, [0] * len(s.classes),
@@ -228,7 +240,7 @@ class CpuRuntime:
             # compiles; a candidate runs once all are ready, so none is timed while inputs
             # are still being sent
             prepared = [pool.submit(prepare, graph, env, opts.seed, box) for env in envs] \
-                if options is not None else []
+                if searched else []
             bf16x3 = opts.matmul_precision == "high" and amx()
             spaces = [cpu_space(s, graph.dims, bf16x3) for s in  # from_genome's bounds
                       build_spaces(graph, [bounds(c) for c in buckets], rules, budget)]
@@ -236,18 +248,20 @@ class CpuRuntime:
             def profiling(k: int) -> Profiling:
                 return [f.result() for f in prepared][k]
             for k, space in enumerate(spaces):
-                def realize(genome: Genome, space: SearchSpace = space) -> CompiledProgram:
-                    return build(from_genome(space, genome, graph.dims), flush)
-                if options is None:
+                def realize(genome: Genome, space: SearchSpace = space,
+                            profile: bool = searched) -> CompiledProgram:
+                    return build(from_genome(space, genome, graph.dims), flush, profile)
+                if not searched:
                     genomes.append(Genomes(space).baseline(random.Random(0)))
                     programs.append(realize(genomes[-1]))
                     continue
                 made = Genomes(space)  # (one ranking for the seeds and the search)
-                search = GeneticSearch(space, opts, seeds=seeds(space, envs[k], made),
-                                       genomes=made)
-                programs.append(tune(graph, search, realize, envs[k], box,
-                                     functools.partial(profiling, k)))
+                kind = KernelSearch if opts.search == "kernels" else GeneticSearch
+                search = kind(space, opts, genomes=made,
+                              seeds=seeds(space, envs[k], made) if opts.seeds else ())
+                tune(graph, search, realize, envs[k], box, functools.partial(profiling, k))
                 genomes.append(search.best()[0])  # the genome of the program tune returned
+                programs.append(realize(genomes[-1], profile=False))  # (its kernels: cached)
         if saved is not None:
             saved.save(buckets, spaces, genomes)
         return CpuProgram(graph, buckets, programs)
@@ -339,11 +353,11 @@ def compiler(cc: str) -> str:
 
 @cache
 def sources_hash() -> str:
-    """sha256 over lumos's Python and rule files: an edit to rules, codegen or decoding
-    makes earlier artifacts misses."""
+    """sha256 over lumos's Python, rule and C files: an edit to rules, codegen, decoding or
+    the fixed C makes earlier artifacts misses."""
     root = Path(lumos.__file__).parent
     h = hashlib.sha256()
-    for p in sorted(q for q in root.rglob("*") if q.suffix in (".py", ".egg")):
+    for p in sorted(q for q in root.rglob("*") if q.suffix in (".py", ".egg", ".c", ".h")):
         h.update(str(p.relative_to(root)).encode() + b"\0" + p.read_bytes() + b"\0")
     return h.hexdigest()[:16]
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import os
 import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -34,9 +35,29 @@ from lumos.runtime.cpu.cc import CompileError, UnsupportedProgram, time_limit
 from lumos.runtime.cpu.isolate import CandidateError, Sandbox, Stashed
 from lumos.runtime.cpu.program import CompiledProgram
 from lumos.runtime.reference import run_hlir
-from lumos.search import GeneticSearch, Genome, Invalid, Measured, Outcome, Rejected
+from lumos.search import (
+    GeneticSearch,
+    Genome,
+    Invalid,
+    KernelSearch,
+    KernelTime,
+    Measured,
+    Outcome,
+    Rejected,
+)
 from lumos.search.genome import genome_key
 from lumos.search.options import CompileOptions
+
+MAX_ARENA_FRACTION = 0.5  # of physical memory: a candidate needing more is not run
+
+
+def _memory() -> int:
+    """Bytes of physical memory (inf where unknown)."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return 1 << 62
+
 
 # relative tolerance per float dtype; the absolute one is scaled by the output's magnitude,
 # so a reduction summed in another order (relative error ~ eps * sqrt(n)) still matches
@@ -115,23 +136,27 @@ _SEARCHES = itertools.count()
 
 
 def timed(program: CompiledProgram, inputs: Sequence[np.ndarray], env: Mapping[str, int],
-          trials: int, bound: float = math.inf) -> float:
+          trials: int, bound: float = math.inf) -> tuple[float, list[float]]:
     """Runs in the sandbox: the median seconds of `trials` runs after one warm-up, or the
-    warm-up's seconds if they exceed `bound` (twice the best median so far: the candidate
-    loses either way, and the fused seed's matrix products ran 3x longer than BLAS's); the
-    warm-up stops after the kernel that passes `bound` (the torch CNN's second seed: 0.47 s
-    in all, 10x its first's)."""
+    warm-up's seconds if they exceed `bound` (the candidate has lost: the fused seed's
+    matrix products ran 3x longer than BLAS's); the warm-up stops after the kernel that
+    passes `bound` (the torch CNN's second seed: 0.47 s in all, 10x its first's). And, of a
+    profiled program, each kernel's least seconds over the trials (what else runs on the
+    machine only ever adds time; none when the warm-up stopped it)."""
     outs = [np.empty(program.shape(b, env), b.dtype.np) for b in program.layout.outputs]
     t = time.perf_counter()
     program.run(inputs, env, outs, budget=bound if math.isfinite(bound) else None)
     if (warm := time.perf_counter() - t) > bound:
-        return warm
-    times = []
+        return warm, []
+    times, kernels = [], []
     for _ in range(trials):
         t = time.perf_counter()
         program.run(inputs, env, outs)
         times.append(time.perf_counter() - t)
-    return statistics.median(times)
+        if program.layout.profiled:
+            kernels.append(program.kernel_ns())
+    per_kernel = [min(k) * 1e-9 for k in zip(*kernels, strict=True)]
+    return statistics.median(times), per_kernel
 
 
 @dataclass
@@ -173,7 +198,8 @@ def prepare(graph: Graph, env: Mapping[str, int], seed: int, sandbox: Sandbox) -
     return profiling
 
 
-def tune(graph: Graph, search: GeneticSearch, realize: Callable[[Genome], CompiledProgram],
+def tune(graph: Graph, search: GeneticSearch | KernelSearch,
+         realize: Callable[[Genome], CompiledProgram],
          env: Mapping[str, int], sandbox: Sandbox,
          profiling: Callable[[], Profiling]) -> CompiledProgram:
     """The fastest correct program `search` finds; `realize` compiles a genome;
@@ -196,6 +222,11 @@ def tune(graph: Graph, search: GeneticSearch, realize: Callable[[Genome], Compil
                 warn(f"search candidate rejected: {str(e).splitlines()[0]}")
             log("search", f"candidate rejected: {str(e)[:4000]}")
             return Rejected(str(e))
+        arena = program.plan(env)[1]
+        if arena > MAX_ARENA_FRACTION * _memory():  # (a product materialized whole, say)
+            log("search", f"candidate rejected: {arena / 2**30:.1f} GiB of intermediates")
+            return Rejected(f"its intermediates take {arena / 2**30:.1f} GiB, more than "
+                            f"{MAX_ARENA_FRACTION:.0%} of this machine's memory")
         if not prepared:
             prepared.append(profiling())
         p = prepared[0]
@@ -205,13 +236,17 @@ def tune(graph: Graph, search: GeneticSearch, realize: Callable[[Genome], Compil
             runs = opts.trials + 1
             limit = None if opts.execution_timeout is None else opts.execution_timeout * runs
             best = search.best()
-            seconds = sandbox.run(timed, program, inputs, dict(env), opts.trials,
-                                  2 * best[1] if best else math.inf, timeout=limit)
-            # checked where it would be the best: a wrong program never wins, and a
-            # slower one costs no comparison with the oracle (the CNN's fused seed: 0.2 s)
+            bound = search.bound() if hasattr(search, "bound") else \
+                2 * best[1] if best else math.inf
+            seconds, per_kernel = sandbox.run(timed, program, inputs, dict(env), opts.trials,
+                                              bound, timeout=limit)
+            # checked where it would be the best (a wrong program never wins, and a slower
+            # one costs no comparison with the oracle: the CNN's fused seed, 0.2 s), or
+            # always where the search keeps parts of candidates (KernelSearch)
+            check = best is None or seconds < best[1] or \
+                (hasattr(search, "check_all") and search.check_all())
             k = sandbox.run(differs, program, inputs, dict(env), Stashed(f"{p.key}/want", ["want"]),
-                            dtypes, timeout=opts.execution_timeout) \
-                if best is None or seconds < best[1] else None
+                            dtypes, timeout=opts.execution_timeout) if check else None
             if k is not None:
                 log("search", f"candidate output {k} differs from the reference "
                               f"(source {program.source})")
@@ -219,7 +254,11 @@ def tune(graph: Graph, search: GeneticSearch, realize: Callable[[Genome], Compil
         except CandidateError as e:
             return Invalid(str(e))
         programs[genome_key(genome)] = program
-        return Measured(seconds)
+        origin = getattr(program, "origin", {})
+        return Measured(seconds, tuple(
+            KernelTime(k.name, *origin[k.node], t)
+            for k, t in zip(program.layout.profiled, per_kernel, strict=False)
+            if k.node in origin) if per_kernel else ())
 
     best, seconds = search.run(evaluate)
     log("search", f"best {seconds * 1e3:.4g} ms: {programs[genome_key(best)].source}")

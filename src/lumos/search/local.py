@@ -1,0 +1,438 @@
+"""KernelSearch: a search that learns from each kernel's time, not only the program's.
+
+    search = KernelSearch(space, options, seeds=costs)
+    while (genome := search.next_candidate()) is not None:
+        search.report(genome, evaluate(genome))   # Measured(seconds, kernels), ...
+    genome, seconds = search.best()
+
+A program's time is the sum of its kernels' times, and re-picking one e-class changes only
+the kernels whose code comes from that class, or that write a buffer it starts or stops
+reading; every other kernel keeps its code. So one candidate can try many such moves at
+once, and its profile (`Measured.kernels`, from the runtime) judges each by the kernels it
+changed: tinygrad's per-kernel search and TVM's per-task tuning, with the kernel
+boundaries themselves among the choices (DESIGN.md "Search", notes/search.md).
+
+Generation 0 is one genome per seed cost (a backend's rules of thumb), then the baseline,
+as in GeneticSearch; the fastest becomes the incumbent. Every later candidate is the
+incumbent with a batch of moves. A move re-picks one class of the incumbent that has a
+choice to make; the classes the new choice reaches that the incumbent does not take their
+first alternative (a shallow move) or a random one (a deep move). Moves of a batch touch
+disjoint kernels of the incumbent. After the run, moves that changed common kernels form a
+group; a group whose new kernels take less time than the old ones they replace, by
+`MARGIN` and with the old times scaled by how the unchanged kernels' times drifted (the
+machine's noise), is kept: the incumbent takes its choices.
+
+A candidate that fails (Rejected: its code would not compile; Invalid: it ran wrong) is
+tried again in halves, until the move that failed it stands alone and is rejected.
+
+A move is known by its signature: the code (keys) of the kernels it touches, where in its
+kernel the class lies, and the e-node it picks. A verdict holds for every move of that
+signature: repeated layers (the same kernels) are decided once, each kept move is tried
+at once wherever else it applies, and a rejected one is not tried again. The search ends
+at `limit` counted candidates, at `search_time_limit`, or when no move is left to try;
+the incumbent is then measured once more, so that best() is a measured program.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import random
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from tqdm import tqdm
+
+from lumos.egraph.space import ENode, SearchSpace
+from lumos.logs import log
+from lumos.search.genome import Genome, Genomes, SearchError, genome_key
+from lumos.search.options import CompileOptions
+from lumos.search.outcome import Invalid, KernelTime, Measured, Outcome, Rejected
+
+MARGIN = 0.02  # a group of moves is kept when its kernels are at least this much faster
+MIN_GAIN = 2e-7  # ... and by at least this many seconds
+MAX_MOVES = 48  # moves per candidate
+KernelId = tuple[int, str]  # (root class, key)
+
+
+@dataclass(frozen=True)
+class Move:
+    cls: int
+    alt: int
+    deep: bool
+    signature: str
+
+
+class KernelSearch:
+    """The search state machine (see the module docstring); the same protocol as
+    GeneticSearch: `next_candidate`, `report`, `best`, `run`."""
+
+    def __init__(self, space: SearchSpace, options: CompileOptions | None = None,
+                 clock: Callable[[], float] = time.monotonic,
+                 seeds: Sequence[Callable[[int, ENode], float]] = (),
+                 genomes: Genomes | None = None) -> None:
+        self.options = options or CompileOptions()
+        self.space = space
+        if genomes is not None and genomes.space is not space:
+            raise ValueError("KernelSearch: genomes were made for another space")
+        self.genomes = genomes if genomes is not None else Genomes(space)
+        self.seeds = tuple(seeds)
+        self.rng = random.Random(self.options.seed)
+        self.clock = clock
+        self.counted = self.rejected = self.generation = 0
+        self.kept = self.tried = 0  # moves
+        self.stop_reason: str | None = None
+        self.first_failure: str | None = None
+        self._start: float | None = None
+        self._queue: list[Genome] = []  # generation 0, not yet handed out
+        self._pending: dict[tuple, tuple[Genome, list[Move]]] = {}
+        self._best: tuple[float, int, Genome] | None = None
+        self.incumbent: Genome | None = None
+        self._kernels: dict[KernelId, KernelTime] = {}  # the incumbent's, last measured
+        self._verdicts: dict[str, bool] = {}  # move signature -> kept
+        self._retry: list[list[Move]] = []  # parts of a failed batch, to try again
+        self._texts: dict[tuple[int, int], str] = {}  # (class, alternative) -> its e-node's
+        self._incumbent_seconds = math.inf
+        self._incumbent_measured = False  # ... as it is now (no move kept since)
+        self._final = False  # the incumbent's last measurement is handed out
+        self._bar: tqdm | None = None
+
+    # -- the protocol ------------------------------------------------------------------
+    def next_candidate(self) -> Genome | None:
+        """The next genome to evaluate, or None when the search is over."""
+        if self.stop_reason is not None:
+            return None
+        if self._start is None:
+            self._start = self.clock()
+            self._bar = tqdm(total=self.options.limit, desc="lumos search", unit="cand",
+                             leave=False, disable=not sys.stderr.isatty())
+            g, rng = self.genomes, self.rng
+            seeded = [g.preferring(c, rng) for c in self.seeds] + [g.baseline(rng)]
+            self._queue = list({genome_key(x): x for x in seeded}.values())
+        if self._queue and self.counted + len(self._pending) < self.options.limit:
+            genome = self._queue.pop(0)
+            self._pending[genome_key(genome)] = (genome, [])
+            return genome
+        if self._pending:
+            raise RuntimeError(f"{len(self._pending)} candidates are still unreported; "
+                               "report them before asking for more")
+        self._queue = []  # (the limit came first)
+        if self.incumbent is None:
+            return self._stop("no candidate of generation 0 could be measured")
+        reason = self._budget_spent()
+        moves = [] if reason or self._final else self._retried() or self._propose()
+        if not moves:
+            if self._incumbent_measured or self.counted >= self.options.limit:
+                return self._stop(reason or "no move left to try")
+            self._final = True  # the incumbent, measured once more
+            genome = dict(self.incumbent)
+        else:
+            genome = self._apply(moves)
+        self.generation += 1
+        self._pending[genome_key(genome)] = (genome, moves)
+        return genome
+
+    def report(self, candidate: Genome, outcome: Outcome) -> None:
+        """Record what evaluating `candidate` (as handed out) gave."""
+        if not isinstance(outcome, Measured | Rejected | Invalid):
+            raise TypeError(f"report: outcome must be Measured, Rejected or Invalid, "
+                            f"got {outcome!r}")
+        if isinstance(outcome, Measured) and not (
+                isinstance(outcome.seconds, int | float) and math.isfinite(outcome.seconds)
+                and outcome.seconds >= 0):
+            raise ValueError(f"report: Measured seconds must be finite and >= 0, "
+                             f"got {outcome.seconds!r}")
+        entry = self._pending.pop(genome_key(candidate), None)
+        if entry is None:
+            raise ValueError("report: that genome is not an outstanding candidate")
+        genome, moves = entry
+        if isinstance(outcome, Rejected):
+            self.rejected += 1
+            self.first_failure = self.first_failure or f"rejected: {outcome.reason}"
+        else:
+            self.counted += 1
+        if isinstance(outcome, Invalid):
+            self.first_failure = self.first_failure or f"invalid: {outcome.reason}"
+        if isinstance(outcome, Measured):
+            if self._best is None or outcome.seconds < self._best[0]:
+                self._best = (outcome.seconds, self.counted, dict(genome))
+            if self._bar is not None:
+                self._bar.set_postfix_str(f"best {_ms(self._best[0])}", refresh=False)
+        if self._bar is not None and not isinstance(outcome, Rejected):
+            self._bar.update(1)
+        if not moves:  # generation 0, or the incumbent measured again
+            if isinstance(outcome, Measured) and (
+                    self.incumbent is None or genome_key(genome) == genome_key(self.incumbent)
+                    or outcome.seconds < self._incumbent_seconds):
+                self.incumbent = dict(genome)
+                self._incumbent_seconds = outcome.seconds
+                self._incumbent_measured = True
+                self._kernels = {(k.root, k.key): k for k in outcome.kernels}
+            return
+        if not isinstance(outcome, Measured) and len(moves) > 1:  # which move failed it?
+            half = len(moves) // 2
+            self._retry += [moves[half:], moves[:half]]
+            log("search", f"candidate {self.generation}: {len(moves)} moves "
+                          f"{type(outcome).__name__}; tried again in halves")
+            return
+        self.tried += len(moves)
+        if not isinstance(outcome, Measured) or not outcome.kernels:
+            for m in moves:  # a failed or cut-short run: none of them is kept
+                self._verdicts.setdefault(m.signature, False)
+            log("search", f"candidate {self.generation}: {len(moves)} moves, none kept "
+                          f"({type(outcome).__name__})")
+            return
+        self._judge(genome, moves, outcome)
+
+    def best(self) -> tuple[Genome, float] | None:
+        """The fastest Measured genome and its seconds (the first of equals), or None."""
+        return (dict(self._best[2]), self._best[0]) if self._best else None
+
+    def bound(self) -> float:
+        """How long a candidate may run before its timing may stop (it has lost)."""
+        if self._queue or self.incumbent is None:  # generation 0: programs against each other
+            return 2 * self._best[0] if self._best is not None else math.inf
+        return 10 * self._incumbent_seconds  # later: every kernel's time is wanted
+
+    def check_all(self) -> bool:
+        """Whether every measured candidate must be checked against the reference, not only
+        a new best: yes, its kernels may be kept."""
+        return True
+
+    def run(self, evaluate: Callable[[Genome], Outcome]) -> tuple[Genome, float]:
+        """Search to the end with `evaluate`; an exception from it counts as Invalid.
+        Returns `best()`; raises SearchError when no candidate was measured."""
+        while (genome := self.next_candidate()) is not None:
+            try:
+                outcome = evaluate(genome)
+            except Exception as e:  # a candidate that crashes loses; the search goes on
+                outcome = Invalid(f"{type(e).__name__}: {e}")
+                log("search", f"candidate failed: {outcome.reason}")
+            self.report(genome, outcome)
+        best = self.best()
+        if best is None:
+            raise SearchError(f"no candidate could be measured ({self.counted} invalid, "
+                              f"{self.rejected} rejected; {self.stop_reason}); first failure: "
+                              f"{self.first_failure}")
+        return best
+
+    # -- moves -------------------------------------------------------------------------
+    def _budget_spent(self) -> str | None:
+        o = self.options
+        if self.counted + 1 >= o.limit:  # (one is kept for the incumbent's measurement)
+            return f"limit of {o.limit} candidates reached"
+        if o.search_time_limit is not None and \
+                self.clock() - self._start >= o.search_time_limit:
+            return f"search_time_limit of {o.search_time_limit} s reached"
+        return None
+
+    def _layout(self) -> tuple[dict[int, list[KernelId]], dict[int, KernelId],
+                               dict[KernelId, list[int]]]:
+        """Of the incumbent: class -> kernels computing it, root class -> its kernel, and
+        each kernel's classes in a canonical order (depth first from its root through the
+        chosen e-nodes, children in order), which equal kernels share."""
+        assert self.incumbent is not None
+        by_class: dict[int, list[KernelId]] = {}
+        by_root: dict[int, KernelId] = {}
+        order: dict[KernelId, list[int]] = {}
+        nodes = self.space.classes
+        for kid, k in self._kernels.items():
+            by_root[k.root] = kid
+            seq, seen, stack = [], set(), [k.root]
+            while stack:
+                c = stack.pop()
+                if c in seen or c not in k.classes or c not in self.incumbent:
+                    continue
+                seen.add(c)
+                seq.append(c)
+                by_class.setdefault(c, []).append(kid)
+                stack.extend(reversed(nodes[c][self.incumbent[c]].children))
+            order[kid] = seq
+        return by_class, by_root, order
+
+    def _propose(self) -> list[Move]:
+        """A batch of moves on disjoint kernels: those of signatures kept elsewhere first,
+        then untried ones."""
+        assert self.incumbent is not None
+        g, nodes = self.incumbent, self.space.classes
+        by_class, by_root, order = self._layout()
+        position = {(kid, c): i for kid, seq in order.items() for i, c in enumerate(seq)}
+        known, fresh = [], []
+        for c, choice in g.items():
+            alts = self.genomes.grounded[c]
+            if len(alts) < 2 or c not in by_class:
+                continue
+            home = by_class[c][0]
+            for j in alts:
+                if j == choice:
+                    continue
+                touched = set(by_class[c])
+                for n in (nodes[c][choice], nodes[c][j]):
+                    touched.update(by_root[p] for p in n.children if p in by_root)
+                reaches = any(p not in g for p in nodes[c][j].children)
+                for deep in (False, True) if reaches else (False,):  # (else: the same)
+                    sig = _signature(self._kernels, touched, home, position[(home, c)],
+                                     self._node_text(c, j), deep)
+                    verdict = self._verdicts.get(sig)
+                    if verdict is None:
+                        fresh.append((Move(c, j, deep, sig), touched))
+                    elif verdict:
+                        known.append((Move(c, j, deep, sig), touched))
+        self.rng.shuffle(known)
+        self.rng.shuffle(fresh)
+        batch, used, sigs = [], set(), set()
+        for m, touched in known + fresh:
+            if len(batch) >= MAX_MOVES:
+                break
+            # one move a kernel; a new signature once a batch (its verdict then holds)
+            if touched & used or (m.signature in sigs and m.signature not in self._verdicts):
+                continue
+            batch.append(m)
+            used |= touched
+            sigs.add(m.signature)
+        return batch
+
+    def _node_text(self, c: int, j: int) -> str:
+        text = self._texts.get((c, j))
+        if text is None:
+            n = self.space.classes[c][j]
+            text = self._texts[(c, j)] = repr((n.op, n.fields))
+        return text
+
+    def _retried(self) -> list[Move]:
+        """The next part of a batch whose candidate failed (Rejected or Invalid), the
+        moves still open on the incumbent."""
+        assert self.incumbent is not None
+        while self._retry:
+            moves = [m for m in self._retry.pop() if m.cls in self.incumbent and
+                     self.incumbent[m.cls] != m.alt and m.signature not in self._verdicts]
+            if moves:
+                return moves
+        return []
+
+    def _apply(self, moves: list[Move]) -> Genome:
+        """The incumbent with `moves`: classes a move newly reaches take their first
+        alternative (shallow) or a random one (deep), then cycles are repaired."""
+        assert self.incumbent is not None
+        g = dict(self.incumbent)
+        nodes, grounded = self.space.classes, self.genomes.grounded
+        for m in moves:
+            g[m.cls] = m.alt
+        for m in moves:
+            stack = list(nodes[m.cls][m.alt].children)
+            while stack:
+                c = stack.pop()
+                if c in g:
+                    continue
+                g[c] = self.rng.choice(grounded[c]) if m.deep else grounded[c][0]
+                stack.extend(nodes[c][g[c]].children)
+        return self.genomes.repair(g, self.rng)
+
+    def _judge(self, genome: Genome, moves: list[Move], outcome: Measured) -> None:
+        """Keep the groups of moves whose kernels got faster (see the module docstring)."""
+        assert self.incumbent is not None
+        old, g0, nodes = self._kernels, self.incumbent, self.space.classes
+        new = {(k.root, k.key): k for k in outcome.kernels}
+        gone = [kid for kid in old if kid not in new]
+        made = [kid for kid in new if kid not in old]
+        same = [kid for kid in new if kid in old]
+        before = sum(old[k].seconds for k in same)
+        drift = sum(new[k].seconds for k in same) / before if before > 0 else 1.0
+        # the classes each move changed: its own, those below its old choice that the
+        # candidate no longer reaches (and the buffers they read), and those below its new
+        # choice that the incumbent did not reach
+        changed: list[set[int]] = []
+        for m in moves:
+            d = {m.cls}
+            for program, other, start in ((g0, genome, g0[m.cls]), (genome, g0, m.alt)):
+                seen: set[int] = set()
+                stack = list(nodes[m.cls][start].children)
+                while stack:
+                    c = stack.pop()
+                    if c in seen or c not in program:
+                        continue
+                    seen.add(c)
+                    d.add(c)
+                    if c not in other:  # (in one program only: what it reads changed too)
+                        stack.extend(nodes[c][program[c]].children)
+            changed.append(d)
+        parent = list(range(len(moves)))
+
+        def find(i: int) -> int:
+            while parent[i] != i:
+                parent[i] = parent[parent[i]]
+                i = parent[i]
+            return i
+        owner: dict[KernelId, int] = {}  # changed kernel -> a move touching it
+        for side, kids in ((old, gone), (new, made)):
+            for kid in kids:
+                k = side[kid]
+                for i, d in enumerate(changed):
+                    if k.root in d or not k.classes.isdisjoint(d):
+                        if kid in owner:
+                            parent[find(i)] = find(owner[kid])
+                        else:
+                            owner[kid] = i
+        groups: dict[int, list[int]] = {}
+        for i in range(len(moves)):
+            groups.setdefault(find(i), []).append(i)
+        cost_old: dict[int, float] = dict.fromkeys(groups, 0.0)
+        cost_new: dict[int, float] = dict.fromkeys(groups, 0.0)
+        for kid, i in owner.items():
+            r = find(i)
+            if kid in old and kid not in new:
+                cost_old[r] += old[kid].seconds * drift
+            else:
+                cost_new[r] += new[kid].seconds
+        keep: set[int] = set()
+        for r, members in groups.items():
+            gain = cost_old[r] - cost_new[r]
+            ok = gain > max(MARGIN * cost_old[r], MIN_GAIN)
+            for i in members:
+                self._verdicts[moves[i].signature] = ok
+            if ok:
+                keep.update(members)
+        if keep:
+            g = dict(g0)
+            for i in keep:
+                for c in changed[i]:
+                    if c in genome:
+                        g[c] = genome[c]
+            self.incumbent = self.genomes.repair(g, self.rng)
+            self._incumbent_measured = False
+            kept = {kid for kid, i in owner.items() if find(i) in {find(j) for j in keep}}
+            self._kernels = {kid: (new[kid] if kid in new else old[kid])
+                             for kid in (set(same) | (set(gone) - kept) | (set(made) & kept))}
+            self.kept += len(keep)
+        else:
+            self._kernels = {kid: new[kid] if kid in new else k for kid, k in old.items()}
+        orphans = len(set(gone) | set(made)) - len(owner)
+        total = sum(k.seconds for k in self._kernels.values())
+        log("search", f"candidate {self.generation}: {len(moves)} moves in {len(groups)} "
+                      f"groups, {len(keep)} kept; {len(gone)} kernels replaced by {len(made)}"
+                      f"{f' ({orphans} changed by no move)' if orphans else ''}; drift "
+                      f"{drift:.3f}; incumbent ~{_ms(total)} of kernels")
+
+    def _stop(self, reason: str) -> None:
+        self.stop_reason = reason
+        log("search", f"stopped: {reason}; {self.counted} counted, {self.rejected} rejected, "
+                      f"{self.kept} of {self.tried} moves kept, "
+                      + (f"best {_ms(self._best[0])}" if self._best else "no best"))
+        if self._bar is not None:
+            self._bar.close()
+        return None
+
+
+def _signature(kernels: dict[KernelId, KernelTime], touched: set[KernelId], home: KernelId,
+               position: int, node: str, deep: bool) -> str:
+    """A move's identity wherever the same kernels hold the same choice (see the module
+    docstring); `node`: the text of the e-node it picks."""
+    text = repr((sorted(kernels[k].key for k in touched), kernels[home].key, position,
+                 node, deep))
+    return hashlib.blake2b(text.encode(), digest_size=12).hexdigest()
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1e3:.4g} ms"

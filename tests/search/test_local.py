@@ -1,0 +1,173 @@
+"""KernelSearch on hand-built spaces whose programs' kernels have made-up, deterministic
+times: moves judged by the kernels they change, verdicts shared by equal kernels."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from lumos.egraph.space import SearchSpace
+from lumos.search import (
+    CompileOptions,
+    GeneticSearch,
+    Invalid,
+    KernelSearch,
+    KernelTime,
+    Measured,
+    Rejected,
+    extract,
+)
+from tests.search.spaces import alt, grid_space, make_space
+
+
+def kernels_of(space: SearchSpace, genome: dict[int, int],
+               cost: dict[tuple[str, tuple], float]) -> tuple[KernelTime, ...]:
+    """The program's kernels: a class whose chosen e-node's op starts with "K" writes a
+    buffer; its code covers the classes reached through e-nodes whose op starts with "E"
+    (read inline), not through the buffers they read. A kernel's time is the sum of
+    `cost[(op, fields)]` over its e-nodes; its key, their ops and fields in order."""
+    out = []
+    for c, n in extract(space, genome):
+        if not n.op.startswith("K"):
+            continue
+        classes, seq, stack = set(), [], [c]
+        while stack:
+            d = stack.pop()
+            m = space.classes[d][genome[d]]
+            if d in classes or (d != c and not m.op.startswith("E")):
+                continue
+            classes.add(d)
+            seq.append((m.op, m.fields))
+            stack.extend(m.children)
+        out.append(KernelTime(repr(seq), c, frozenset(classes),
+                              sum(cost.get(s, 0.0) for s in seq)))
+    return tuple(out)
+
+
+def drive(search, space, cost):
+    seen = []
+    while (g := search.next_candidate()) is not None:
+        ks = kernels_of(space, g, cost)
+        outcome = Measured(sum(k.seconds for k in ks), ks)
+        seen.append((g, outcome))
+        search.report(g, outcome)
+    return seen
+
+
+def as_kernels(space: SearchSpace) -> SearchSpace:
+    """grid_space with every class a kernel of its own (ops renamed K...)."""
+    return SearchSpace([[type(n)(("K" + n.op) if n.op != "Output" else n.op, n.fields,
+                                 n.children) for n in c] for c in space.classes],
+                       space.root, space.class_keys)
+
+
+def test_independent_kernels_reach_the_best_program_in_few_candidates():
+    """A grid of 12 classes of 4 alternatives each (4**12 programs), each class its own
+    kernel: every candidate tries one move per kernel, so the best program is found within
+    a few candidates (a whole-program search needs far more)."""
+    space = as_kernels(grid_space(12, 4))
+    table = random.Random(0)
+    cost = {(n.op, n.fields): table.uniform(1, 10) for c in space.classes for n in c
+            if n.fields}
+    best = sum(min(cost[(n.op, n.fields)] for n in c) for c in space.classes if c[0].fields)
+    search = KernelSearch(space, CompileOptions(limit=100))
+    seen = drive(search, space, cost)
+    assert search.best()[1] == pytest.approx(best)
+    assert len(seen) <= 12, search.stop_reason
+    assert search.stop_reason == "no move left to try"
+    genetic = GeneticSearch(space, CompileOptions(limit=len(seen), seed=1))
+    while (g := genetic.next_candidate()) is not None:  # the same budget, whole programs
+        genetic.report(g, Measured(sum(k.seconds for k in kernels_of(space, g, cost))))
+    assert genetic.best()[1] > best
+
+
+def fusion_space(layers: int) -> tuple[SearchSpace, dict]:
+    """Per layer, a producer kernel P (an elementwise op over the layer's input) read by a
+    consumer kernel C, which may read P's buffer (ELoad) or compute P inline (EP): inlined,
+    P's kernel is gone. Layers are equal (equal kernels), chained by their buffers."""
+    spec: dict = {"out": [alt("Output", f"c{layers - 1}")], "x": [alt("Input", fields=("x",))]}
+    prev = "x"
+    for i in range(layers):
+        spec[f"p{i}"] = [alt("KMap", f"pb{i}")]
+        spec[f"pb{i}"] = [alt("EP", f"in{i}")]
+        spec[f"in{i}"] = [alt("ELoad", prev)]
+        spec[f"c{i}"] = [alt("KMap", f"cb{i}")]
+        spec[f"cb{i}"] = [alt("EC", f"rd{i}")]
+        spec[f"rd{i}"] = [alt("ELoad", f"p{i}"), alt("EP", f"in{i}")]
+        prev = f"c{i}"
+    cost = {("KMap", ()): 1.0, ("ELoad", ()): 2.0, ("EP", ()): 0.5, ("EC", ()): 0.5}
+    return make_space(spec, "out"), cost
+
+
+def test_a_producer_inlined_by_its_reader_is_kept_and_its_kernel_goes():
+    """Reading the producer inline is faster; its kernel is then gone. The layers' equal
+    moves share their verdicts: 6 layers take as many candidates as 1."""
+    counts = []
+    for layers in (1, 6):
+        space, cost = fusion_space(layers)
+        search = KernelSearch(space, CompileOptions(limit=50))
+        counts.append(len(drive(search, space, cost)))
+        genome, seconds = search.best()
+        reads = [space.class_keys.index(f"rd{i}") for i in range(layers)]
+        assert all(space.classes[c][genome[c]].op == "EP" for c in reads)
+        assert sum(1 for _, n in extract(space, genome) if n.op == "KMap") == layers
+        assert seconds == pytest.approx(4.0 * layers)  # (7.0 unfused)
+    assert counts[1] == counts[0] <= 6
+
+
+def test_a_move_into_a_wrong_program_is_not_kept():
+    """A candidate that computes a wrong result (Invalid) keeps none of its moves, however
+    fast: here every program reading a producer inline is wrong."""
+    space, cost = fusion_space(2)
+    reads = [space.class_keys.index(f"rd{i}") for i in range(2)]
+    search = KernelSearch(space, CompileOptions(limit=50))
+    while (g := search.next_candidate()) is not None:
+        ks = kernels_of(space, g, cost)
+        fused = any(space.classes[c][g[c]].op == "EP" for c in reads if c in g)
+        search.report(g, Invalid("output 0 differs") if fused else
+                      Measured(sum(k.seconds for k in ks), ks))
+    genome, _ = search.best()
+    assert all(space.classes[c][genome[c]].op == "ELoad" for c in reads)
+
+
+def test_limit_counts_and_the_last_candidate_is_the_incumbent():
+    space = as_kernels(grid_space(8, 3))
+    table = random.Random(1)
+    cost = {(n.op, n.fields): table.uniform(1, 10) for c in space.classes for n in c
+            if n.fields}
+    search = KernelSearch(space, CompileOptions(limit=3))
+    seen = drive(search, space, cost)
+    assert len(seen) == search.counted <= 3
+    assert search.stop_reason.startswith("limit")
+    assert search.best()[1] == min(o.seconds for _, o in seen)
+
+
+def test_seeds_and_baseline_come_first():
+    space = as_kernels(grid_space(4, 3))
+    prefer_v2 = lambda c, n: 0 if n.op == "Kv2" else 1  # noqa: E731
+    search = KernelSearch(space, CompileOptions(limit=2), seeds=[prefer_v2])
+    first = search.next_candidate()
+    assert [n.op for _, n in extract(space, first)] == ["Kv2"] * 4 + ["Output"]
+    search.report(first, Measured(1.0))
+    second = search.next_candidate()
+    assert [n.op for _, n in extract(space, second)] == ["Kv0"] * 4 + ["Output"]
+
+
+def test_a_batch_that_fails_is_tried_again_in_halves():
+    """One move of a batch makes the program fail to compile (Rejected): the batch is tried
+    again in halves until that move stands alone; the others are judged as usual."""
+    space = as_kernels(grid_space(8, 3))
+    table = random.Random(2)
+    cost = {(n.op, n.fields): table.uniform(1, 10) for c in space.classes for n in c
+            if n.fields}
+    best = sum(min(cost[(n.op, n.fields)] for n in c if (n.op, n.fields) != ("Kv2", (3,)))
+               for c in space.classes if c[0].fields)
+    search = KernelSearch(space, CompileOptions(limit=100))
+    while (g := search.next_candidate()) is not None:
+        if any(n.op == "Kv2" and n.fields == (3,) for _, n in extract(space, g)):
+            search.report(g, Rejected("the C compiler failed"))
+            continue
+        ks = kernels_of(space, g, cost)
+        search.report(g, Measured(sum(k.seconds for k in ks), ks))
+    assert search.best()[1] == pytest.approx(best)
