@@ -92,7 +92,7 @@ def test_bad_input(smollm2, capsys, tmp_path, monkeypatch):
                  "--matmul-precision", "high"])
     assert "unknown model 'bert' for embed (known: minilm)" in error_of(
         capsys, ["embed", "bert", "a"])
-    monkeypatch.setitem(cli.DISPATCH, "embed", {"gone": "no_such_model"})
+    monkeypatch.setitem(cli.DISPATCH, "embed", {"gone": ("no_such_model", "embed")})
     assert "lumos.models.no_such_model is not available" in error_of(
         capsys, ["embed", "gone", "a"])
 
