@@ -512,6 +512,7 @@ def main() -> None:
         print(f"[{name} done in {r['wall_s']:.0f} s]", flush=True)
     report(results)
     out = Path(__file__).resolve().parent / "results" / "models.json"
+    out.parent.mkdir(exist_ok=True)  # (not in a fresh clone)
     out.write_text(json.dumps(results, indent=2) + "\n")
     print(f"\nwrote {out}")
 
