@@ -54,7 +54,9 @@ def graph_of(path: Path) -> tuple[Any, Any]:
     from lumos.graph import Graph
 
     ns = runpy.run_path(str(path), run_name="__lumos_viz__")
-    g = ns["build"]() if callable(ns.get("build")) else ns.get("graph")
+    g = ns.get("graph")
+    if g is None and callable(ns.get("build")):
+        g = ns["build"]()
     if not isinstance(g, Graph):
         raise LumosError(f"{path}: defines no `graph` (a lumos.Graph) or `build()` returning "
                          "one")
