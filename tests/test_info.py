@@ -47,10 +47,10 @@ def test_cache_and_clear(capsys, monkeypatch, tmp_path):
         (tmp_path / "cpu" / name).write_bytes(b"y" * 1000)
     (tmp_path / "mine.txt").write_text("not lumos'")
     rows = info(capsys)
-    assert rows["artifacts"] == "1 saved choices, 1.0 MiB"
-    assert rows["kernels"] == "2 compiled kernel libraries, 0.0 MiB"
+    assert rows["artifacts"] == "1.0 MiB, 1 artifacts (saved choices)"
+    assert rows["kernels"] == "0.0 MiB, 2 compiled kernel libraries"
     rows = info(capsys, "--clear")
-    assert rows["artifacts"] == "0 saved choices, 0.0 MiB" and "cleared" in rows
+    assert rows["artifacts"] == "0.0 MiB, 0 artifacts (saved choices)" and "cleared" in rows
     assert not (tmp_path / "cpu").exists() and (tmp_path / "mine.txt").exists()
 
 

@@ -177,10 +177,10 @@ def cmd_info(args: argparse.Namespace) -> int:
         rows.append(("cleared", f"{', '.join(CACHES)} under {root}"))
     use = cache_usage(root)
     rows.append(("cache", f"{root} (LUMOS_CACHE)"))
-    what = {"artifacts": ("artifacts", "saved choices"),
+    what = {"artifacts": ("artifacts", "artifacts (saved choices)"),
             "cpu": ("kernels", "compiled kernel libraries"),
-            "shipped": ("shipped", "kernel libraries loaded from shipped artifacts")}
-    rows += [(f"  {what[name][0]}", f"{n} {what[name][1]}, {size / 2**20:.1f} MiB")
+            "shipped": ("shipped", "kernel libraries from shipped artifacts")}
+    rows += [(f"  {what[name][0]}", f"{size / 2**20:.1f} MiB, {n} {what[name][1]}")
              for name, (n, size) in use.items()]
     width = max(len(k) for k, _ in rows)
     for k, v in rows:

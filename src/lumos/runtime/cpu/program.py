@@ -214,7 +214,7 @@ class CpuRuntime:
     def __init__(self, artifacts: str | os.PathLike | None = None,
                  recompile: bool = False) -> None:
         self.artifacts, self.recompile = artifacts, recompile
-        self._compiled: list[tuple[Artifact, list[CompiledProgram]]] = []
+        self._compiled: list[tuple[Artifact, list[Path]]] = []  # for ship: the libraries
 
     def ship(self, path: str | os.PathLike, meta: Mapping[str, Any] | None = None) -> None:
         from lumos.runtime.cpu.ship import ship
@@ -290,9 +290,10 @@ class CpuRuntime:
 
     def _keep(self, art: Artifact | None, graph: Graph, buckets: list[Combo],
               programs: list[CompiledProgram]) -> CpuProgram:
-        """The program; its artifact kept for `ship` (None: its choices cannot be named)."""
+        """The program; its artifact and libraries kept for `ship` (not the programs, whose
+        arenas the caller may drop; None: its choices cannot be named)."""
         if art is not None:
-            self._compiled.append((art, programs))
+            self._compiled.append((art, [p.library for p in programs]))
         return CpuProgram(graph, buckets, programs)
 
 

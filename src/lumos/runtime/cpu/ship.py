@@ -42,18 +42,20 @@ def source_hash(units: Sequence[Any]) -> str:
     return hashlib.sha256("\n".join(texts).encode()).hexdigest()
 
 
-def ship(path: str | os.PathLike, compiled: Sequence[tuple[Artifact, Sequence[CompiledProgram]]],
+def ship(path: str | os.PathLike, compiled: Sequence[tuple[Artifact, Sequence[Path]]],
          meta: Mapping[str, Any] | None = None) -> None:
-    """Write the artifacts of `compiled` (one per compile) with their libraries."""
+    """Write the artifacts of `compiled` (one per compile: the artifact and each bucket's
+    library, its C source beside it) with their libraries; an artifact loaded from a
+    shipped file keeps its blobs."""
     arts = []
-    for art, programs in compiled:
-        blobs = {}
-        for k, p in enumerate(programs):
+    for art, libraries in compiled:
+        blobs = dict(art.blobs)
+        for k, lib in enumerate(libraries if not blobs else ()):
             try:
-                text = p.source.read_bytes()
-                blobs[f"{k}:{hashlib.sha256(text).hexdigest()}"] = p.library.read_bytes()
+                text = lib.with_suffix(".c").read_bytes()
+                blobs[f"{k}:{hashlib.sha256(text).hexdigest()}"] = lib.read_bytes()
             except OSError as e:
-                raise ArtifactError(f"cannot ship {p.library}: {e.strerror or e}") from e
+                raise ArtifactError(f"cannot ship {lib}: {e.strerror or e}") from e
         arts.append(Artifact(art.graph, art.runtime, art.buckets, blobs))
     if not arts:
         raise ArtifactError("nothing to ship: this runtime has compiled no program")
