@@ -101,15 +101,16 @@ def full_dot(graph: Graph, nodes: list[int], title: str = "") -> str:
 
 def collapsed_dot(graph: Graph, live: list[int], of: dict[int, str]) -> str:
     """DOT text of one box per layer (its node count and commonest ops) and the edges
-    between layers (with their counts)."""
+    between layers (with their counts; none from constants, which identical nodes share
+    across layers)."""
     order = list(dict.fromkeys(of[i] for i in live))
     ops: dict[str, Counter] = defaultdict(Counter)
     for i in live:
         ops[of[i]][graph.nodes[i].op] += 1
-    edges: Counter = Counter()
+    edges: Counter = Counter()  # (a constant shared by every layer draws no edge)
     for i in live:
         for j in graph.nodes[i].inputs:
-            if of[j] != of[i]:
+            if of[j] != of[i] and graph.nodes[j].op != "Constant":
                 edges[(of[j], of[i])] += 1
     lines = ["digraph layers {", 'graph [rankdir=TB, fontname="Helvetica"];',
              'node [shape=box, style="rounded,filled", fillcolor="#eef3fb", '
