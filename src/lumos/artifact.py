@@ -146,6 +146,7 @@ def write_artifacts(path: str | os.PathLike, artifacts: Sequence[Artifact],
     path.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.NamedTemporaryFile(dir=path.parent, prefix=path.name, delete=False) as f:
         f.write(data)
+    os.chmod(f.name, 0o644)  # (a temporary file is private; an artifact is to be shipped)
     os.replace(f.name, path)
 
 
