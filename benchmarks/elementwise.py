@@ -119,6 +119,7 @@ def main() -> None:
     if "inductor_error" in r:
         print("inductor:", r["inductor_error"])
     out = Path(__file__).resolve().parent / "results" / "elementwise.json"
+    out.parent.mkdir(exist_ok=True)  # (not in a fresh clone)
     out.write_text(json.dumps(r, indent=2) + "\n")
     print(f"wrote {out}")
 

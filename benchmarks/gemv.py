@@ -162,6 +162,7 @@ def main() -> None:
               f"{c['speedup_vs_torch_f32']:10.2f}{c['speedup_vs_lumos_f32']:8.2f}"
               f"{'met' if c['meets_target'] else 'missed':>8}")
     out = Path(__file__).resolve().parent / "results" / "gemv.json"
+    out.parent.mkdir(exist_ok=True)  # (not in a fresh clone)
     out.write_text(json.dumps(r, indent=2) + "\n")
     print(f"wrote {out}")
 

@@ -90,6 +90,7 @@ def main() -> None:
     print(f"lumos: {kernels} kernel(s), compile + search {compile_s:.1f} s; OpenBLAS "
           f"{out['openblas_core']}")
     path = Path(__file__).resolve().parent / "results" / "matmul.json"
+    path.parent.mkdir(exist_ok=True)  # (not in a fresh clone)
     path.write_text(json.dumps(out, indent=2) + "\n")
     print(f"wrote {path}")
 

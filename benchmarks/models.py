@@ -18,7 +18,7 @@
               operation on one costs a microcode assist on Intel cores; inductor's
               freezing folds them into constants), and again without it ("lumos exact").
 
-lumos runs through the library's own entry points (`lumos.cli.bench_llm`, the
+lumos runs through the library's own entry points (`lumos.cli.llm.bench_llm`, the
 SentenceEncoder and Classifier); `--search N` times N candidates per dim bucket
 (default 2: the CPU runtime's two fused seeds; 0: the unsearched
 baseline; a compile that finds the program in the artifact cache is quick:
@@ -214,7 +214,7 @@ def llama_cpp_llm(path: Path, prompt: list[int], prefill: list[int], steps: list
 
 
 def smollm2(args: argparse.Namespace, read_bps: float) -> dict:
-    from lumos.cli import bench_llm
+    from lumos.cli.llm import bench_llm
     from lumos.generate import Generator
     from lumos.models import llama
 
@@ -512,6 +512,7 @@ def main() -> None:
         print(f"[{name} done in {r['wall_s']:.0f} s]", flush=True)
     report(results)
     out = Path(__file__).resolve().parent / "results" / "models.json"
+    out.parent.mkdir(exist_ok=True)  # (not in a fresh clone)
     out.write_text(json.dumps(results, indent=2) + "\n")
     print(f"\nwrote {out}")
 

@@ -127,6 +127,7 @@ def main() -> None:
         if "inductor_error" in c:
             print(f"{name} inductor:", c["inductor_error"])
     out = Path(__file__).resolve().parent / "results" / "norms.json"
+    out.parent.mkdir(exist_ok=True)  # (not in a fresh clone)
     out.write_text(json.dumps(r, indent=2) + "\n")
     print(f"wrote {out}")
 

@@ -103,6 +103,7 @@ def main() -> None:
            "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", "default"),
            "target": {"lumos_ratio_vs_eager": 1.0}, "results": rows}
     path = Path(__file__).parent / "results" / "train.json"
+    path.parent.mkdir(exist_ok=True)  # (not in a fresh clone)
     path.write_text(json.dumps(out, indent=2) + "\n")
     print(f"wrote {path}")
 

@@ -92,7 +92,7 @@ def test_bad_input(smollm2, capsys, tmp_path, monkeypatch):
                  "--matmul-precision", "high"])
     assert "unknown model 'bert' for embed (known: minilm)" in error_of(
         capsys, ["embed", "bert", "a"])
-    monkeypatch.setitem(cli.DISPATCH, "embed", {"gone": "no_such_model"})
+    monkeypatch.setitem(cli.DISPATCH, "embed", {"gone": ("no_such_model", "embed")})
     assert "lumos.models.no_such_model is not available" in error_of(
         capsys, ["embed", "gone", "a"])
 
@@ -106,3 +106,43 @@ def write_q5(w: gguf.GGUFWriter, capsys, path) -> str:
     w.write_tensors_to_file()
     w.close()
     return error_of(capsys, ["run", str(path), "hi", *SMALL])
+
+
+def tiny_llm(path):
+    """A Hugging Face folder of a tiny random Llama whose tokenizer knows 'a' and 'b'."""
+    import torch
+    from tokenizers import Tokenizer, models
+
+    from tests.models.test_llama import hf_model
+
+    hf_model(tie=True).save_pretrained(path, safe_serialization=True)
+    vocab = models.WordLevel({"a": 0, "b": 1}, unk_token="a")
+    Tokenizer(vocab).save(str(path / "tokenizer.json"))
+    assert torch.get_default_dtype() == torch.float32
+    return path
+
+
+def test_compile_then_run_the_shipped_file(tmp_path, capsys, monkeypatch):
+    """`lumos compile` searches once and writes the file; `lumos run FILE` in an empty
+    cache loads it (nothing saturated or compiled) and generates what a fresh compile of
+    the same model does."""
+    from lumos.runtime.cpu import program
+
+    folder = tiny_llm(tmp_path / "tiny")
+    lar = tmp_path / "tiny.lar"
+    small = ["--context", "16", "--max-prefill", "4", "--search", "2", "--runtime", "cpu"]
+    run = ["--max-tokens", "5", "--runtime", "reference", "--context", "16", "--max-prefill",
+           "4"]
+    monkeypatch.setenv("LUMOS_CACHE", str(tmp_path / "cache1"))
+    assert cli.main(["compile", str(folder), "-o", str(lar), *small]) == 0
+    assert cli.main(["run", str(folder), "a b a", *run]) == 0  # the reference's tokens
+    want = capsys.readouterr().out
+    monkeypatch.setenv("LUMOS_CACHE", str(tmp_path / "cache2"))
+    monkeypatch.setattr(program, "build_spaces", None)  # loading saturates nothing
+    assert cli.main(["run", str(lar), "a b a", "--max-tokens", "5"]) == 0
+    out = capsys.readouterr()
+    assert out.out == want and "loading the compiled program" in out.err
+    assert not (tmp_path / "cache2" / "cpu").exists()
+    bad = tmp_path / "bad.lar"
+    bad.write_bytes(lar.read_bytes()[:-7])
+    assert "truncated or padded" in error_of(capsys, ["run", str(bad), "a"])

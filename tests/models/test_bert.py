@@ -8,6 +8,7 @@ import os
 import numpy as np
 import pytest
 
+from lumos import cli
 from lumos.models import bert
 from tests.models.weights import require
 
@@ -62,11 +63,11 @@ def test_batch_size_and_length_vary(encoder: bert.SentenceEncoder,
 
 def test_cli(capsys: pytest.CaptureFixture[str]) -> None:
     require(bert.PACKAGE)
-    assert bert.cli([*SENTENCES[:3], "--runtime", "reference"]) == 0
+    assert cli.main(["embed", "minilm", *SENTENCES[:3], "--runtime", "reference"]) == 0
     out = capsys.readouterr().out
     assert "0.7553" in out and "-0.1050" in out and "[2]" in out
-    assert bert.bench(["--batch", "2", "--seq", "8", "--rounds", "1", "--runtime",
-                       "reference"]) == 0
+    assert cli.main(["bench", "minilm", "--batch", "2", "--seq", "8", "--rounds", "1",
+                     "--runtime", "reference"]) == 0
     assert "minilm batch 2 x 8 tokens" in capsys.readouterr().out
 
 

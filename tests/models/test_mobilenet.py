@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from lumos import cli
 from lumos.errors import LumosError
 from lumos.io.errors import WeightError
 from lumos.models import mobilenet
@@ -82,12 +83,14 @@ def test_bad_weight_files(tmp_path: Path) -> None:
 
 def test_cli(images: list[Path], capsys: pytest.CaptureFixture[str]) -> None:
     require(mobilenet.PACKAGE)
-    assert mobilenet.cli([str(images[0]), "--top", "2", "--runtime", "reference"]) == 0
+    assert cli.main(["classify", "mobilenet", str(images[0]), "--top", "2", "--runtime",
+                     "reference"]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[0].endswith("grid.png") and len(out) == 3
     assert out[1].split(maxsplit=1)[1] == "crossword puzzle"
     assert abs(float(out[1].split()[0]) - 0.7312) < 1e-3
-    assert mobilenet.bench(["--batch", "1", "--rounds", "1", "--runtime", "reference"]) == 0
+    assert cli.main(["bench", "mobilenet", "--batch", "1", "--rounds", "1", "--runtime",
+                     "reference"]) == 0
     assert "mobilenet batch 1" in capsys.readouterr().out
 
 

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from lumos import cli
 from lumos.errors import LumosError
 from lumos.io.errors import WeightError
 from lumos.models import whisper
@@ -166,6 +167,6 @@ def test_kv_cache_steps_equal_a_full_recompute(transcriber: whisper.Transcriber,
 @pytest.mark.slow
 def test_cli(capsys: pytest.CaptureFixture[str]) -> None:
     require(whisper.PACKAGE)
-    assert whisper.cli([str(CLIP)]) == 0
+    assert cli.main(["transcribe", "whisper", str(CLIP)]) == 0
     out = capsys.readouterr().out
     assert out.startswith(f"{CLIP}: The quick brown fox")

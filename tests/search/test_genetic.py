@@ -218,3 +218,30 @@ def test_search_log(monkeypatch, capsys):
     err = capsys.readouterr().err
     assert "[lumos:search] generation 0: 5 measured, 0 invalid, 0 rejected; best" in err
     assert "generation 1:" in err and "stopped: limit of 12 candidates reached" in err
+
+
+def test_history_and_a_log_line_per_candidate(monkeypatch, capsys):
+    """Every reported candidate is a Trial (origin, outcome, best after it) and, under
+    LUMOS_LOG=search, one line saying why it won or lost."""
+    monkeypatch.setenv("LUMOS_LOG", "search")
+    space = grid_space(6, 3)
+    prefer_v2 = lambda c, n: 0 if n.op == "v2" else 1  # noqa: E731
+    search = GeneticSearch(space, CompileOptions(limit=6, generation_size=3),
+                           seeds=[prefer_v2])
+    outcomes = iter([Measured(2.0), Measured(1.0), Rejected("no C"), Invalid("output 0"),
+                     Measured(3.0), Measured(0.5), Measured(4.0)])
+    drive(search, lambda g: next(outcomes))
+    h = search.history
+    assert [t.origin for t in h[:3]] == ["seed 0", "baseline", "random"]
+    assert [t.outcome for t in h] == ["measured", "measured", "rejected", "invalid",
+                                      "measured", "measured", "measured"]
+    assert [t.best for t in h] == [2.0, 1.0, 1.0, 1.0, 1.0, 0.5, 0.5]
+    assert h[4].origin == "mutant of 1" and h[4].generation == 1
+    lines = [ln for ln in capsys.readouterr().err.splitlines() if "] candidate " in ln]
+    assert len(lines) == len(h)
+    assert lines[0].endswith("candidate 0 (generation 0, seed 0): 2000 ms, new best: the "
+                             "first measured")
+    assert lines[1].endswith("1000 ms, new best: 2.00x faster than 2000 ms")
+    assert "rejected (never ran, not counted): no C" in lines[2]
+    assert "invalid (counted, never ranked): output 0" in lines[3]
+    assert lines[4].endswith("3000 ms, lost: 3.00x the best, 1000 ms (candidate 1)")

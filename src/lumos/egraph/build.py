@@ -73,8 +73,10 @@ def saturate(graph: Graph, all_bounds: Sequence[Bounds], rules: Rules,
             if nested:
                 eg.run_program(b.Push(1))
             eg.run_program(*bound_facts({**graph.dims, **bounds}))
-            Runner(eg, ctors, budget).schedule(rules.stages)
+            runner = Runner(eg, ctors, budget)
+            runner.schedule(rules.stages)
             spaces.append(read_space(eg, ctors, fps))
+            spaces[-1].saturation = runner.history
             if nested:
                 eg.run_program(b.Pop(span(), 1))
         eg.run_program(b.Pop(span(), 1))

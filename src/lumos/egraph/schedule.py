@@ -11,7 +11,9 @@ its fixpoint): the e-node count (`max_enodes`) and the rounds of bounded stages
 enforced by running the whole build in a child process (lumos.egraph.worker) that is
 killed at the limit.
 
-LUMOS_LOG=egglog prints, per ruleset, its runs, matches and time.
+LUMOS_LOG=egglog prints, per ruleset, its runs, matches and time; `Runner.history` keeps
+every run (`RulesetRun`: stage, round, iterations, matches, seconds, e-nodes after it) for
+`lumos viz`.
 """
 
 from __future__ import annotations
@@ -93,12 +95,27 @@ class BudgetExceeded(Exception):
     pass
 
 
+@dataclass(frozen=True)
+class RulesetRun:
+    """One run of a ruleset: in stage `stage` (index in the schedule) and its `round`,
+    egglog's iterations and matches, seconds, and the e-nodes after it."""
+    ruleset: str
+    stage: int
+    round: int
+    iterations: int
+    matches: int
+    seconds: float
+    enodes: int
+
+
 class Runner:
     """Runs stages on one e-graph, checking the budget between runs."""
 
     def __init__(self, eg: b.EGraph, ctors: set[str], budget: Budget) -> None:
         self.eg, self.ctors, self.budget = eg, ctors, budget
         self.stats: dict[str, list[float]] = defaultdict(lambda: [0, 0, 0.0])  # its, matches, s
+        self.history: list[RulesetRun] = []
+        self._at = (0, 0)  # (stage, round) being run
 
     def enodes(self) -> int:
         (out,) = self.eg.run_program(egg().PrintSize(span(), None))
@@ -113,10 +130,12 @@ class Runner:
         (out,) = self.eg.run_program(b.RunSchedule(b.Repeat(span(), times, sched)))
         its = out.report.iterations
         s = self.stats[ruleset]
+        matches, secs = sum(out.report.num_matches_per_rule.values()), time.perf_counter() - t
         s[0] += len(its)
-        s[1] += sum(out.report.num_matches_per_rule.values())
-        s[2] += time.perf_counter() - t
+        s[1] += matches
+        s[2] += secs
         n = self.enodes()
+        self.history.append(RulesetRun(ruleset, *self._at, len(its), matches, secs, n))
         if n > self.budget.max_enodes:
             raise BudgetExceeded(f"{n} e-nodes after ruleset {ruleset!r} "
                                  f"(max_enodes={self.budget.max_enodes})")
@@ -136,7 +155,8 @@ class Runner:
 
     def stage(self, st: Stage) -> None:
         rounds = st.rounds if not st.bounded else min(st.rounds, self.budget.max_iterations)
-        for _ in range(rounds):
+        for r in range(rounds):
+            self._at = (self._at[0], r)
             changed = any([self.run(rs) for rs in st.bounded])
             if not self.saturate(st.saturate) and not changed:
                 return
@@ -144,7 +164,8 @@ class Runner:
     def schedule(self, stages: tuple[Stage, ...]) -> None:
         """All stages; a budget hit is a warning and stops saturation there."""
         try:
-            for st in stages:
+            for k, st in enumerate(stages):
+                self._at = (k, 0)
                 self.stage(st)
         except BudgetExceeded as e:
             warn(f"e-graph budget hit: {e}; saturation stopped, the search space is smaller")

@@ -25,6 +25,8 @@ class SearchSpace:
     classes: list[list[ENode]]  # class id -> its alternatives, in a deterministic order
     root: int
     class_keys: list[str] = field(default_factory=list)  # class id -> stable fingerprint
+    # the schedule's RulesetRuns (for lumos viz; not part of what the space is)
+    saturation: list[Any] = field(default_factory=list, compare=False, repr=False)
 
     def enode_key(self, cls: int, i: int) -> str:
         """Stable fingerprint of alternative i of class cls: op, fields, child class keys."""

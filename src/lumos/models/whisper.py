@@ -16,12 +16,10 @@
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import re
 import struct
-import time
 import wave
 from collections.abc import Sequence
 from pathlib import Path
@@ -29,7 +27,6 @@ from typing import Any
 
 import numpy as np
 
-from lumos.cli import add_compile_options, compile_options
 from lumos.dtype import f16, f32, i64
 from lumos.errors import LumosError
 from lumos.frontend.nn import scaled_dot_product_attention
@@ -50,7 +47,7 @@ from lumos.nn import (
     causal_bias,
     load_state,
 )
-from lumos.runtime import CpuRuntime, ReferenceRuntime
+from lumos.runtime import CpuRuntime
 from lumos.search import CompileOptions
 from lumos.shape import sym
 from lumos.shape.expr import IntLike
@@ -469,44 +466,3 @@ class Transcriber:
             ids = self.generate(log_mel(window, self.config["num_mel_bins"]))
             texts.append(self.tokenizer.decode(ids, skip_special_tokens=True).strip())
         return " ".join(t for t in texts if t)
-
-
-def cli(args: Sequence[str]) -> int:
-    """`lumos transcribe whisper AUDIO.wav...`: the transcript of each file."""
-    p = argparse.ArgumentParser(prog="lumos transcribe whisper",
-                                description="Speech to text with Whisper tiny.en.")
-    p.add_argument("audio", nargs="+", help="WAV files (PCM; resampled to 16 kHz)")
-    p.add_argument("--runtime", choices=("cpu", "reference"), default="cpu",
-                   help="the reference runtime needs tens of GB for the encoder")
-    add_compile_options(p)
-    opts = p.parse_args(args)
-    clips = [read_wav(f) for f in opts.audio]
-    model = Transcriber(runtime=CpuRuntime() if opts.runtime == "cpu" else ReferenceRuntime(),
-                        options=compile_options(opts))
-    for name, audio in zip(opts.audio, clips, strict=True):
-        print(f"{name}: {model.transcribe(audio)}")
-    return 0
-
-
-def bench(args: Sequence[str]) -> int:
-    """`lumos bench whisper`: encoder latency (one 30 s window) and decode tokens/s."""
-    p = argparse.ArgumentParser(prog="lumos bench whisper")
-    p.add_argument("--tokens", type=int, default=32, help="decoded tokens (default 32)")
-    p.add_argument("--runtime", choices=("cpu", "reference"), default="cpu")
-    add_compile_options(p)
-    opts = p.parse_args(args)
-    model = Transcriber(runtime=CpuRuntime() if opts.runtime == "cpu" else ReferenceRuntime(),
-                        options=compile_options(opts))
-    features = log_mel(np.zeros(N_SAMPLES, np.float32))
-    model.encode(features)  # warm-up: first touch of the buffers
-    t0 = time.perf_counter()
-    model.encode(features)
-    enc = time.perf_counter() - t0
-    tokens = list(model.prompt)
-    t0 = time.perf_counter()
-    for _ in range(opts.tokens):
-        tokens.append(int(np.argmax(model.next_logits(tokens))))
-    tps = opts.tokens / (time.perf_counter() - t0)
-    print(f"whisper on the {opts.runtime} runtime: encoder {enc * 1e3:.0f} ms per 30 s window, "
-          f"decode {tps:.1f} tokens/s ({opts.tokens} tokens, KV cache)")
-    return 0

@@ -21,6 +21,10 @@ handed out at most once. The search ends at `limit` counted candidates, at
 `search_time_limit`, on early stop (see CompileOptions), when no new program turns up
 in `EXHAUSTED_AFTER` tries per slot, or after `MAX_REJECTED_GENERATIONS` generations in
 a row with nothing but Rejected candidates. `stop_reason` says which.
+
+`history` holds one `Trial` per reported candidate (where it came from, its outcome, the
+best time after it): what `lumos viz` plots; `LUMOS_LOG=search` prints each as it comes,
+with why it won or lost.
 """
 
 from __future__ import annotations
@@ -37,11 +41,10 @@ from lumos.egraph.space import ENode, SearchSpace
 from lumos.logs import log
 from lumos.search.genome import Genome, Genomes, SearchError, genome_key
 from lumos.search.options import CompileOptions
-from lumos.search.outcome import Invalid, Measured, Outcome, Rejected
+from lumos.search.outcome import Invalid, Measured, Outcome, Rejected, Trial
 
 EXHAUSTED_AFTER = 20
 MAX_REJECTED_GENERATIONS = 10
-
 
 
 
@@ -73,6 +76,9 @@ class GeneticSearch:
         self._improved = False
         self._stale = self._rejected_gens = self._since_promising = 0
         self._bar: tqdm | None = None
+        self.history: list[Trial] = []
+        self._origins: dict[tuple, str] = {}  # handed out, by genome_key: see Trial.origin
+        self._index: dict[tuple, int] = {}  # measured, by genome_key: its Trial.index
 
     # -- the protocol ------------------------------------------------------------------
     def next_candidate(self) -> Genome | None:
@@ -116,6 +122,7 @@ class GeneticSearch:
         if genome is None:
             raise ValueError("report: that genome is not an outstanding candidate")
         self._gen_counts[type(outcome)] += 1
+        self._record(candidate, outcome)
         if isinstance(outcome, Rejected):
             self.rejected += 1
             self.first_failure = self.first_failure or f"rejected: {outcome.reason}"
@@ -161,6 +168,32 @@ class GeneticSearch:
         return best
 
     # -- inside ----------------------------------------------------------------------
+    def _record(self, candidate: Genome, outcome: Outcome) -> None:
+        """Appends the candidate's Trial and logs (LUMOS_LOG=search) why it won or lost."""
+        key = genome_key(candidate)
+        k, origin, best = len(self.history), self._origins.get(key, "?"), self.best()
+        what = f"candidate {k} (generation {self.generation}, {origin})"
+        if isinstance(outcome, Measured):
+            s = outcome.seconds
+            self._index[key] = k
+            if best is None:
+                why = "new best: the first measured"
+            elif s < best[1]:
+                why = f"new best: {best[1] / s:.2f}x faster than {_ms(best[1])}"
+            else:
+                winner = self._index.get(genome_key(best[0]), "?")
+                why = f"lost: {s / best[1]:.2f}x the best, {_ms(best[1])} (candidate {winner})"
+            log("search", f"{what}: {_ms(s)}, {why}")
+            new = s if best is None else min(s, best[1])
+            self.history.append(Trial(k, self.generation, origin, "measured", s, new))
+            return
+        kind = "rejected" if isinstance(outcome, Rejected) else "invalid"
+        note = "never ran, not counted" if kind == "rejected" else "counted, never ranked"
+        reason = outcome.reason.splitlines()[0][:200] if outcome.reason else "?"
+        log("search", f"{what}: {kind} ({note}): {reason}")
+        self.history.append(Trial(k, self.generation, origin, kind, None,
+                                  best[1] if best else None))
+
     def _budget_spent(self) -> str | None:
         o = self.options
         if self.counted >= o.limit:
@@ -196,16 +229,21 @@ class GeneticSearch:
             seeds = [lambda c=c: g.preferring(c, rng) for c in self.seeds] + \
                 [lambda: g.baseline(rng)]
             make = lambda i: seeds[i]() if i < len(seeds) else g.random(rng)
+            origin = lambda i: (f"seed {i}" if i < len(self.seeds) else
+                                "baseline" if i == len(self.seeds) else "random")
         elif not self._elites or self._stale >= o.stagnation:
             if self._elites:
                 self.restarts += 1
                 log("search", f"no new best for {self._stale} generations: restart")
             self._stale = 0
             make = lambda i: g.random(rng)
+            origin = lambda i: "random"
         else:
             parents = [e[2] for e in self._elites]
             make = lambda i: g.mutate(parents[i % len(parents)], rng,
                                       rng.randint(1, o.mutations))
+            origin = lambda i: \
+                f"mutant of {self._index.get(genome_key(parents[i % len(parents)]), '?')}"
         out: list[Genome] = []
         for i in range(o.generation_size):
             if len(out) >= wanted:
@@ -220,6 +258,8 @@ class GeneticSearch:
                 if program not in self._seen_programs:
                     self._seen_programs.add(program)
                     out.append(genome)
+                    self._origins[key] = origin(i) if attempt < EXHAUSTED_AFTER // 2 \
+                        else "random"
                     break
         return out
 

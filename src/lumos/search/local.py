@@ -49,7 +49,7 @@ from lumos.egraph.space import ENode, SearchSpace
 from lumos.logs import log
 from lumos.search.genome import Genome, Genomes, SearchError, genome_key
 from lumos.search.options import CompileOptions
-from lumos.search.outcome import Invalid, KernelTime, Measured, Outcome, Rejected
+from lumos.search.outcome import Invalid, KernelTime, Measured, Outcome, Rejected, Trial
 
 MARGIN = 0.02  # a group of moves is kept when its kernels are at least this much faster
 MIN_GAIN = 2e-7  # ... and by at least this many seconds
@@ -98,6 +98,8 @@ class KernelSearch:
         self._incumbent_measured = False  # ... as it is now (no move kept since)
         self._final = False  # the incumbent's last measurement is handed out
         self._bar: tqdm | None = None
+        self.history: list[Trial] = []  # one per reported candidate (lumos viz plots it)
+        self._origins: dict[tuple, str] = {}  # handed out, by genome_key: see Trial.origin
 
     # -- the protocol ------------------------------------------------------------------
     def next_candidate(self) -> Genome | None:
@@ -111,6 +113,9 @@ class KernelSearch:
             g, rng = self.genomes, self.rng
             seeded = [g.preferring(c, rng) for c in self.seeds] + [g.baseline(rng)]
             self._queue = list({genome_key(x): x for x in seeded}.values())
+            for i, x in enumerate(seeded[::-1]):  # (a seed equal to the baseline: the seed)
+                self._origins[genome_key(x)] = "baseline" if i == 0 else \
+                    f"seed {len(seeded) - 1 - i}"
         if self._queue and self.counted + len(self._pending) < self.options.limit:
             genome = self._queue.pop(0)
             self._pending[genome_key(genome)] = (genome, [])
@@ -132,6 +137,7 @@ class KernelSearch:
             genome = self._apply(moves)
         self.generation += 1
         self._pending[genome_key(genome)] = (genome, moves)
+        self._origins[genome_key(genome)] = f"{len(moves)} moves" if moves else "incumbent"
         return genome
 
     def report(self, candidate: Genome, outcome: Outcome) -> None:
@@ -148,6 +154,7 @@ class KernelSearch:
         if entry is None:
             raise ValueError("report: that genome is not an outstanding candidate")
         genome, moves = entry
+        self._record(genome, outcome)
         if isinstance(outcome, Rejected):
             self.rejected += 1
             self.first_failure = self.first_failure or f"rejected: {outcome.reason}"
@@ -219,6 +226,17 @@ class KernelSearch:
         return best
 
     # -- moves -------------------------------------------------------------------------
+    def _record(self, genome: Genome, outcome: Outcome) -> None:
+        """Appends the candidate's Trial."""
+        kind = {Measured: "measured", Rejected: "rejected", Invalid: "invalid"}[type(outcome)]
+        seconds = outcome.seconds if isinstance(outcome, Measured) else None
+        best = self._best[0] if self._best else None
+        if seconds is not None:
+            best = seconds if best is None else min(best, seconds)
+        self.history.append(Trial(len(self.history), self.generation,
+                                  self._origins.get(genome_key(genome), "?"), kind, seconds,
+                                  best))
+
     def _budget_spent(self) -> str | None:
         o = self.options
         if self.counted + 1 >= o.limit:  # (one is kept for the incumbent's measurement)

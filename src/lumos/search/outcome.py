@@ -38,3 +38,17 @@ class Invalid:
 
 
 Outcome = Measured | Rejected | Invalid
+
+
+@dataclass(frozen=True)
+class Trial:
+    """One reported candidate: its number (in report order, from 0), generation and
+    origin ("seed 0", "baseline", "random", "mutant of 3", "12 moves", "incumbent"),
+    outcome ("measured", "invalid" or "rejected"), its seconds (measured only) and the
+    best seconds after it (None while nothing is measured)."""
+    index: int
+    generation: int
+    origin: str
+    outcome: str
+    seconds: float | None
+    best: float | None

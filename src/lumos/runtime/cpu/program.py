@@ -22,6 +22,7 @@ import numpy as np
 import scipy_openblas32
 
 import lumos
+from lumos import record
 from lumos.artifact import (
     Artifact,
     ArtifactError,
@@ -210,10 +211,25 @@ class CpuRuntime:
     e-graph (one SearchSpace per dim bucket) and a timed search (lumos.runtime.cpu.tune)
     picks the fastest correct program of each (`CompileOptions.limit=0`: the baseline
     program instead, one kernel per node, no fusion). The choices are saved as an artifact
-    and reused by later compiles of the same graph (CompileOptions.cache)."""
+    and reused by later compiles of the same graph (CompileOptions.cache).
+
+    `artifacts`: a file written by `ship` (lumos.runtime.cpu.ship) that `compile` loads
+    each graph's program from, or refuses with an ArtifactError; with `recompile`, a file
+    that does not fit is a warning and the graph is compiled. `ship(path, meta)` writes
+    the programs this runtime compiled (or loaded) to such a file."""
 
     name = "cpu"
     rules = RULES
+
+    def __init__(self, artifacts: str | os.PathLike | None = None,
+                 recompile: bool = False) -> None:
+        self.artifacts, self.recompile = artifacts, recompile
+        self._compiled: list[tuple[Artifact, list[Path]]] = []  # for ship: the libraries
+
+    def ship(self, path: str | os.PathLike, meta: Mapping[str, Any] | None = None) -> None:
+        from lumos.runtime.cpu.ship import ship
+
+        ship(path, self._compiled, meta)
 
     def compile(self, graph: Graph, options: CompileOptions | None = None) -> CpuProgram:
         from lumos.runtime.cpu.isolate import Sandbox  # (these import this module)
@@ -224,16 +240,30 @@ class CpuRuntime:
         flush = opts.flush_denormals
         buckets = combos(graph.dims, opts.dim_buckets)
         rules = self.rules if searched else LOWER  # the baseline fuses nothing
-        saved = ArtifactCache(graph, rules, opts if searched else None) \
-            if caching(opts) else None
+        named = opts if searched else None  # (the options that name the artifact)
+        if self.artifacts is not None:
+            from lumos.runtime.cpu import ship
+
+            try:
+                art, made = ship.load(self.artifacts, graph, graph_fingerprint(graph),
+                                      signature(rules, named), buckets, flush)
+                log("cache", f"loaded compiled program from {self.artifacts}")
+                return self._keep(art, graph, buckets, made)
+            except ArtifactError as e:
+                if not self.recompile:
+                    raise
+                warn(f"{e}; compiling again")
+        saved = ArtifactCache(graph, rules, named) if caching(opts) else None
         hit = saved.load(buckets) if saved is not None else None
         if hit is not None:
-            return CpuProgram(graph, buckets, [build(from_genome(s, [0] * len(s.classes),
-                                                                 graph.dims), flush)
-                                               for s in hit])
+            made = [build(from_genome(s, [0] * len(s.classes), graph.dims), flush) for s in hit]
+            record.compiled(graph, self.name, named, buckets, [{}] * len(hit), hit, hit,
+                            [dict.fromkeys(range(len(s.classes)), 0) for s in hit],
+                            [None] * len(hit), str(saved.path) if saved else None)
+            return self._keep(saved.artifact if saved else None, graph, buckets, made)
         budget = Budget(opts.max_enodes, opts.max_iterations, opts.saturation_time_limit)
         envs = [{d: b.representative for d, b in combo.items()} for combo in buckets]
-        programs, genomes = [], []
+        programs, genomes, searches = [], [], []
         with Sandbox() as box, ThreadPoolExecutor(1) as pool:
             # the profiling inputs, the oracle and the sandbox's start need no e-graph:
             # prepared while it saturates (in its worker process) and the first candidate
@@ -242,8 +272,8 @@ class CpuRuntime:
             prepared = [pool.submit(prepare, graph, env, opts.seed, box) for env in envs] \
                 if searched else []
             bf16x3 = opts.matmul_precision == "high" and amx()
-            spaces = [cpu_space(s, graph.dims, bf16x3) for s in  # from_genome's bounds
-                      build_spaces(graph, [bounds(c) for c in buckets], rules, budget)]
+            saturated = build_spaces(graph, [bounds(c) for c in buckets], rules, budget)
+            spaces = [cpu_space(s, graph.dims, bf16x3) for s in saturated]  # (its bounds)
 
             def profiling(k: int) -> Profiling:
                 return [f.result() for f in prepared][k]
@@ -254,6 +284,7 @@ class CpuRuntime:
                 if not searched:
                     genomes.append(Genomes(space).baseline(random.Random(0)))
                     programs.append(realize(genomes[-1]))
+                    searches.append(None)
                     continue
                 made = Genomes(space)  # (one ranking for the seeds and the search)
                 kind = KernelSearch if opts.search == "kernels" else GeneticSearch
@@ -262,8 +293,21 @@ class CpuRuntime:
                 tune(graph, search, realize, envs[k], box, functools.partial(profiling, k))
                 genomes.append(search.best()[0])  # the genome of the program tune returned
                 programs.append(realize(genomes[-1], profile=False))  # (its kernels: cached)
+                searches.append(search)
+        record.compiled(graph, self.name, named, buckets, envs, saturated, spaces, genomes,
+                        searches)
         if saved is not None:
             saved.save(buckets, spaces, genomes)
+        art = saved.artifact if saved is not None else \
+            ArtifactCache(graph, rules, named).artifact_of(buckets, spaces, genomes)
+        return self._keep(art, graph, buckets, programs)
+
+    def _keep(self, art: Artifact | None, graph: Graph, buckets: list[Combo],
+              programs: list[CompiledProgram]) -> CpuProgram:
+        """The program; its artifact and libraries kept for `ship` (not the programs, whose
+        arenas the caller may drop; None: its choices cannot be named)."""
+        if art is not None:
+            self._compiled.append((art, [p.library for p in programs]))
         return CpuProgram(graph, buckets, programs)
 
 
@@ -282,6 +326,7 @@ class ArtifactCache:
         self.signature = signature(rules, options)
         key = hashlib.sha256(repr((self.graph, sorted(self.signature.items()))).encode())
         self.path = cache_dir().parent / "artifacts" / f"{key.hexdigest()[:32]}.lar"
+        self.artifact: Artifact | None = None  # the one loaded or saved last
 
     def load(self, buckets: list[Combo]) -> list[SearchSpace] | None:
         """Per bucket the saved program as a space of one alternative per class, or None
@@ -290,25 +335,37 @@ class ArtifactCache:
             return None
         try:
             art = load_artifact(self.path, self.graph, self.signature)
-            if [b.bucket for b in art.buckets] != [dict(c) for c in buckets]:
+            if [b.bucket for b in art.buckets] != [{d: tuple(v) for d, v in c.items()}
+                                                   for c in buckets]:
                 raise ArtifactError(f"artifact {str(self.path)!r} holds other dim buckets")
             spaces = [saved_space(b.program, self.path) for b in art.buckets]
         except ArtifactError as e:
             warn(f"{e}; compiling again")
             return None
         log("cache", f"loaded compiled program from {self.path}")
+        self.artifact = art
         return spaces
 
     def save(self, buckets: list[Combo], spaces: list[SearchSpace],
              genomes: list[Genome]) -> None:
+        art = self.artifact_of(buckets, spaces, genomes)
+        if art is None:
+            return
+        save_artifact(self.path, art)
+        log("cache", f"saved compiled program to {self.path}")
+
+    def artifact_of(self, buckets: list[Combo], spaces: list[SearchSpace],
+                    genomes: list[Genome]) -> Artifact | None:
+        """The artifact of these choices (kept as `self.artifact`), or None with a warning
+        when they cannot be named."""
         try:
             choices = [BucketChoice.of(s, g, c)
                        for c, s, g in zip(buckets, spaces, genomes, strict=True)]
         except ArtifactError as e:
             warn(f"the compiled program is not cached: {e}")
-            return
-        save_artifact(self.path, Artifact(self.graph, self.signature, choices))
-        log("cache", f"saved compiled program to {self.path}")
+            return None
+        self.artifact = Artifact(self.graph, self.signature, choices)
+        return self.artifact
 
 
 def saved_space(program: Sequence[tuple[int, ENode]], path: Path) -> SearchSpace:

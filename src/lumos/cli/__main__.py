@@ -1,0 +1,7 @@
+"""`python -m lumos.cli`: the `lumos` command."""
+
+import sys
+
+from lumos.cli import main
+
+sys.exit(main())

@@ -1,0 +1,23 @@
+"""`lumos compile MODEL -o FILE`: search once, then write the chosen programs with their
+compiled kernels to one artifact file that `lumos run FILE` (or
+`CpuRuntime(artifacts=FILE)`) loads on a machine of the same runtime signature."""
+
+from __future__ import annotations
+
+import argparse
+
+from lumos.cli.common import make_runtime, say
+from lumos.cli.llm import SHIPPED, generator, load_llm
+from lumos.errors import LumosError
+
+
+def cmd_compile(args: argparse.Namespace) -> int:
+    if args.runtime != "cpu":
+        raise LumosError("lumos compile writes CPU programs: use --runtime cpu")
+    pre = load_llm(args.model, args.context)
+    rt = make_runtime("cpu")
+    generator(args, pre, runtime=rt)
+    meta = {"command": "run", **{k: getattr(args, k) for k in SHIPPED}}
+    rt.ship(args.output, meta)
+    say(f"wrote {args.output}: run it with `lumos run {args.output} PROMPT`")
+    return 0
