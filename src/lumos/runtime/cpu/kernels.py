@@ -817,9 +817,12 @@ def seeds(space: SearchSpace, env: Mapping[str, int],
           genomes: Genomes | None = None) -> tuple[Cost, Cost]:
     """Rules of thumb for the search's first genomes (Genomes.preferring). Inline an
     elementwise producer into a kernel reading it unless that kernel reads it through a
-    broadcast (every element computed again per broadcast step) or the producer has other
-    readers and is not cheap: `DUPLICATE_OPS` ops of recomputation per extra reader at
-    most (so a residual stream is stored now and then, not recomputed from its start).
+    broadcast (every element computed again per broadcast step) or the producer has
+    readers that are not all computed by one kernel (its `home`: then it is computed once
+    there, however many reads) and is not cheap: `DUPLICATE_OPS` ops of recomputation per
+    extra reader at most (so a residual stream is stored now and then, not recomputed from
+    its start; a ConvNeXt block's depthwise convolution, read by its layer norm's mean,
+    variance and output, is computed once).
     An axis the read is valid at one position of (relu's and maximum's stacked pair) is
     no broadcast (a depthwise convolution is computed in the relu6 reading it: its guards
     are the same along the vector loop, rows or zeros picked per block, as in its own map;
@@ -840,17 +843,30 @@ def seeds(space: SearchSpace, env: Mapping[str, int],
     channels 11.7, 11.9, 12.5 -> 11.0, 6.1, 5.3 ms), in bands a long one (EGemmWindowsAmx).
     `env` gives the dims' sizes; `genomes`, the space's Genomes if the caller made one.
     The search times the seeds like any other candidate."""
-    readers: dict[int, int] = {}  # producer class -> kernels reading its buffer (HLIR edges)
-    copying = {m.children[0] for nodes in space.classes for m in nodes if m.op == "KCopy"}
-    for c, nodes in enumerate(space.classes):
-        for n in nodes:
-            if n.op == "ELoad" and n.fields[0][0] == "Top" and c not in copying:
-                readers[n.children[0]] = readers.get(n.children[0], 0) + 1
     parents: dict[int, list[tuple[int, ENode]]] = {}  # class -> (class, node) using it
     for i, nodes in enumerate(space.classes):
         for n in nodes:
             for ch in n.children:
                 parents.setdefault(ch, []).append((i, n))
+
+    @functools.cache
+    def owners(c: int) -> frozenset[int]:  # the kernel classes whose bodies hold class c
+        out: set[int] = set()
+        for pc, pn in parents.get(c, ()):
+            if pn.op.startswith("K"):
+                out.add(pc)
+            elif pn.op.startswith("E") and pn.op != "ELoad":
+                out |= owners(pc)
+        return frozenset(out)
+    # producer class -> kernels reading its buffer (distinct consumers: equal reads by two
+    # kernels are one e-class; an operand's copy for a product is not counted)
+    reading: dict[int, set[int]] = {}
+    for c, nodes in enumerate(space.classes):
+        for n in nodes:
+            if n.op == "ELoad" and n.fields[0][0] == "Top":
+                reading.setdefault(n.children[0], set()).update(
+                    k for k in owners(c) if not any(m.op == "KCopy" for m in space.classes[k]))
+    readers = {p: len(ks) for p, ks in reading.items()}
     ops: dict[int, int] = {}  # buffer class -> elementwise ops its body inlines (chosen so)
     decided: dict[int, bool] = {}  # ELoad class -> inline?
 
@@ -873,8 +889,9 @@ def seeds(space: SearchSpace, env: Mapping[str, int],
                 red = next((m for m in space.classes[p] if m.op == "KMaxReduce"), None)
                 again = red is not None and _read_again(view, red.fields[0], env,
                                                         stepwise(c, len(view.shape)))
-                decided[c] = not broadcast and not again and \
-                    ops[p] * (readers.get(p, 1) - 1) <= DUPLICATE_OPS
+                decided[c] = not broadcast and not again and (
+                    home.get(p, p) != p or
+                    ops[p] * (readers.get(p, 1) - 1) <= DUPLICATE_OPS)
         return decided[c]
 
     def stepwise(c: int, rank: int) -> bool:
@@ -908,12 +925,20 @@ def seeds(space: SearchSpace, env: Mapping[str, int],
     short = {m.children[0] for r in space.classes for m in r if m.op == "EMaxReduce"}
     selects = {m.children[0] for r in space.classes if any(x.op == "ESelect" for x in r)
                for m in r if m.op == "ELoad"}  # Gathers that a reader may compute as selects
-    for c, n in extract(space, baseline):  # producers before their readers
-        if n.op in ("KMap", "KCopy", "KOutput") or \
-                n.op == "KMaxReduce" and n.children[0] in short:
-            ops[c] = body_ops(n.children[0])
-        elif n.op == "Gather" and c in selects:
-            ops[c] = 1
+    program = extract(space, baseline)  # producers before their readers
+    inlinable = {c for c, n in program if n.op in ("KMap", "KCopy", "KOutput") or
+                 n.op == "KMaxReduce" and n.children[0] in short or
+                 n.op == "Gather" and c in selects}
+    # the kernel computing each inlinable kernel's values: the one all its readers are
+    # computed by, if there is one (then inlining it there computes it once), else itself
+    home: dict[int, int] = {}
+    for c, _ in reversed(program):  # readers before their producers
+        if c in inlinable:
+            hs = {home.get(r, r) for r in reading.get(c, ())}
+            home[c] = hs.pop() if len(hs) == 1 else c
+    for c, n in program:
+        if c in inlinable:
+            ops[c] = 1 if n.op == "Gather" else body_ops(n.children[0])
 
     sizes = {d: (v, v) for d, v in env.items()}
 
