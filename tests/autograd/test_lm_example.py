@@ -24,7 +24,8 @@ C = train_lm.Config(vocab=11, ctx=8, dim=16, heads=2, layers=2)
 def test_lm_steps_reduce_loss_and_match_torch(runtime: type) -> None:
     rng = np.random.default_rng(0)
     g, P, tok, tgt, _, loss = train_lm.build(C, batch=3)
-    trainer = Trainer(loss, AdamW(list(P.values()), lr=0.01), runtime())
+    trainer = Trainer(loss, AdamW(list(P.values()), lr=0.01), runtime(),
+                      lumos.CompileOptions(limit=0))  # (the CPU runtime: no search)
     init = train_lm.init(C, rng)
     trainer.load({P[k]: a for k, a in init.items()})
     tp = {k: torch.tensor(a, requires_grad=True) for k, a in init.items()}

@@ -114,7 +114,9 @@ def test_unreadable_audio(tmp_path: Path) -> None:
 @pytest.fixture(scope="module")
 def transcriber() -> whisper.Transcriber:
     require(whisper.PACKAGE)
-    return whisper.Transcriber()  # on the CPU runtime
+    from lumos.search import CompileOptions
+
+    return whisper.Transcriber(options=CompileOptions(limit=0))  # the CPU runtime, no search
 
 
 @pytest.mark.slow

@@ -113,7 +113,7 @@ def test_a_producer_inlined_by_its_reader_is_kept_and_its_kernel_goes():
         assert all(space.classes[c][genome[c]].op == "EP" for c in reads)
         assert sum(1 for _, n in extract(space, genome) if n.op == "KMap") == layers
         assert seconds == pytest.approx(4.0 * layers)  # (7.0 unfused)
-    assert counts[1] == counts[0] <= 6
+    assert counts[1] == counts[0] <= 9  # (4 of them the finals)
 
 
 def test_a_move_into_a_wrong_program_is_not_kept():

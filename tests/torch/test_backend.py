@@ -19,12 +19,13 @@ from torch.fx.experimental.proxy_tensor import make_fx
 
 import lumos.torch as lt
 import lumos.torch.compiled as compiled_module
-from lumos.errors import BindError
+from lumos.errors import BindError, LumosError
 from lumos.graph import Graph
 from lumos.runtime.cpu import program as program_module
 from lumos.runtime.cpu.cc import amx
 from lumos.runtime.cpu.program import CpuProgram
 from lumos.search.genome import SearchError
+from lumos.search.options import CompileOptions
 from lumos.torch import cache
 from lumos.torch.compiled import CompiledGraph, Programs, bucket_for
 from tests.torch.harness import assert_same
@@ -272,36 +273,39 @@ def test_graph_break_gives_several_graphs_all_in_lumos(runs: list[int]) -> None:
     assert len(graphs) == 2 and len(runs) == 2
 
 
-class WithTopk(nn.Module):
+class WithLgamma(nn.Module):
+    """lgamma (a special function lumos does not translate) between two linear layers."""
+
     def __init__(self) -> None:
         super().__init__()
         self.a, self.b = nn.Linear(6, 8), nn.Linear(3, 2)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h = torch.relu(self.a(x)) * 2
-        top = torch.topk(h, 3, dim=-1).values
+        top = torch.lgamma(h[..., :3] + 1)
         return self.b(F.silu(top) + 1).softmax(-1)
 
 
 def test_unsupported_op_falls_back_and_the_rest_compiles(
         runs: list[int], capfd: pytest.CaptureFixture[str]) -> None:
-    m = WithTopk().eval()
+    m = WithLgamma().eval()
     f = compiled(m)
     with torch.no_grad():
         for _ in range(2):
             x = torch.randn(4, 6)
             assert_same(f(x), m(x))
     err = capfd.readouterr().err
-    assert err.count("aten.topk.default") == 1  # logged once
+    assert err.count("aten.lgamma.default") == 1  # logged once
     assert "it runs in PyTorch" in err
-    assert len(runs) == 4  # the regions before and after topk, on both calls
+    assert len(runs) == 4  # the regions before and after lgamma, on both calls
 
 
 def test_regions_of_a_dynamic_graph_get_its_dims(runs: list[int]) -> None:
-    """The region after topk only sees sizes s + 1: s comes from the whole graph's inputs."""
+    """The region after lgamma only sees sizes s + 1: s comes from the whole graph's
+    inputs."""
     def f(x: torch.Tensor) -> torch.Tensor:
         y = torch.cat([x, x[:1]]) * 2
-        top = torch.topk(y, 2, dim=-1).values
+        top = torch.lgamma(y[:, :2].abs() + 1)
         return (top.exp() + 1).sum(-1).softmax(0)
 
     c = compiled(f, dynamic=True)
@@ -313,8 +317,8 @@ def test_regions_of_a_dynamic_graph_get_its_dims(runs: list[int]) -> None:
 
 
 def test_strict_names_the_op_and_its_shapes() -> None:
-    with torch.no_grad(), pytest.raises(Exception, match=r"aten\.topk\.default\(float32\[4, 8\]"):
-        compiled(WithTopk().eval(), options=STRICT)(torch.randn(4, 6))
+    with torch.no_grad(), pytest.raises(Exception, match=r"aten\.lgamma\.default\(float32\[4, 3\]"):
+        compiled(WithLgamma().eval(), options=STRICT)(torch.randn(4, 6))
 
 
 def test_gradients_run_eagerly_with_a_notice(capfd: pytest.CaptureFixture[str],
@@ -379,7 +383,7 @@ def test_internal_errors_never_reach_the_caller(where: str, monkeypatch: pytest.
     owner = {"cache": cache, "compiled": compiled_module, "Programs": Programs}.get(
         where.split(".")[0], lt)
     monkeypatch.setattr(owner, where.split(".")[-1], _internal_error)
-    m = WithTopk().eval()
+    m = WithLgamma().eval()
     f = compiled(m, options=REF)
     with torch.no_grad():
         for _ in range(2):
@@ -394,9 +398,11 @@ def test_internal_errors_never_reach_the_caller(where: str, monkeypatch: pytest.
 
 # -- options, cache, registration -------------------------------------------------------------
 
+@pytest.mark.default_search
 def test_options() -> None:
     default = lt.Options.parse(None)
-    assert default.runtime == "cpu" and default.compile_options({}).limit == lt.LIMIT == 2
+    assert default.runtime == "cpu" and default.compile_options({}) == CompileOptions(
+        matmul_precision=default.compile_options({}).matmul_precision)  # g.compile's search
     assert lt.Options.parse({"limit": 7}).compile_options({}).limit == 7
     x = torch.randn(2, 3)
     with torch.no_grad():
@@ -588,3 +594,59 @@ def test_registered_by_name_without_importing_lumos() -> None:
                          timeout=300)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "True"
+
+
+SDPA_CASES = {
+    "plain": dict(),
+    "bool_mask": dict(mask=torch.rand(1, 1, 5, 7, generator=torch.Generator().manual_seed(1))
+                      < 0.7),
+    "float_mask": dict(mask=torch.randn(2, 1, 5, 7, generator=torch.Generator().manual_seed(2))),
+    "causal": dict(is_causal=True),
+    "causal_square": dict(is_causal=True, square=True),
+    "scale": dict(scale=0.3),
+    "gqa": dict(enable_gqa=True, kv_heads=1),
+    "gqa_causal_mask": dict(enable_gqa=True, kv_heads=2, is_causal=False,
+                            mask=torch.zeros(5, 7).masked_fill(torch.eye(5, 7) > 0, -1e4)),
+}
+
+
+@pytest.mark.parametrize("case", sorted(SDPA_CASES))
+def test_scaled_dot_product_attention_forms(case: str) -> None:
+    """SDPA with each mask form, is_causal (square and not), a scale and grouped-query heads,
+    strictly in lumos against eager."""
+    kw = dict(SDPA_CASES[case])
+    g = torch.Generator().manual_seed(0)
+    square, kv_heads, mask = kw.pop("square", False), kw.pop("kv_heads", 4), kw.pop("mask", None)
+    s = 5 if square else 7
+    q = torch.randn(2, 4, 5, 8, generator=g)
+    k, v = torch.randn(2, kv_heads, s, 8, generator=g), torch.randn(2, kv_heads, s, 8, generator=g)
+    args = (q, k, v) if mask is None else (q, k, v, mask)
+
+    def f(*ts: torch.Tensor) -> torch.Tensor:
+        return F.scaled_dot_product_attention(*ts[:3], attn_mask=ts[3] if len(ts) > 3 else None,
+                                              **kw)
+
+    with torch.no_grad():
+        assert_same(torch.compile(f, backend="lumos", options=STRICT)(*args), f(*args))
+
+
+@torch._dynamo.config.patch(capture_dynamic_output_shape_ops=True)  # (monkeypatch's undo
+def test_data_dependent_shapes_fall_back_and_strict_names_the_op(  # deletes a config key)
+        capfd: pytest.CaptureFixture[str]) -> None:
+    """With Dynamo capturing nonzero, the op runs in PyTorch and the rest in lumos; strict
+    raises a one-line error that names the op and why."""
+
+    def f(x: torch.Tensor) -> torch.Tensor:
+        return (torch.nonzero(x > 0).float() * 2 + 1).sum(0) + x.exp().sum()
+
+    x = torch.tensor([[1.0, -1.0], [2.0, 3.0]])
+    with torch.no_grad():
+        assert_same(torch.compile(f, backend="lumos", options=REF)(x), f(x))
+        assert "aten.nonzero.default" in capfd.readouterr().err
+        torch._dynamo.reset()
+        with pytest.raises(Exception) as info:
+            torch.compile(f, backend="lumos", options=STRICT)(x)
+    inner = getattr(info.value, "inner_exception", info.value)
+    assert isinstance(inner, LumosError) and "\n" not in str(inner)
+    assert "aten.nonzero.default(bool[2, 2])" in str(inner)
+    assert "output shape depends on the input's values" in str(inner)

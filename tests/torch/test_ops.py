@@ -138,6 +138,91 @@ case(aten.masked_fill.Scalar, r(3, 5, nc=True), r(5, dtype=b8), float("-inf"))
 case(aten.masked_fill.Scalar, r(3, 5, dtype=i32), r(3, 1, dtype=b8), 7)
 case(aten.masked_fill.Tensor, r(3, 5), r(3, 5, dtype=b8), torch.tensor(2.0))
 
+# inverse trigonometric and hyperbolic functions, reduced arguments (accuracy: test_math.py)
+UNIT = torch.tensor([-1.0, -0.999, -0.5, -1e-6, -0.0, 0.0, 3e-8, 0.3, 0.75, 0.9999, 1.0, 1.5,
+                     float("nan")])
+WIDE = torch.tensor([-1e30, -40.0, -3.0, -1.0, -1e-7, 0.0, 2e-9, 0.2, 1.0, 2.5, 7.0, 90.0,
+                     1e20, float("inf"), -float("inf"), float("nan")])
+for name in ("asin", "acos", "atanh"):
+    for x in (UNIT, UNIT.double(), UNIT.half(), r(3, 4, dtype=i64, low=-0.15, high=0.15)):
+        case(getattr(aten, name).default, x)
+for name in ("atan", "sinh", "cosh", "asinh", "tan"):
+    for x in (WIDE, WIDE.double(), r(3, 4, dtype=bf16), r(5, dtype=i32)):
+        case(getattr(aten, name).default, x)
+for x in (torch.tensor([1.0, 1.0 + 1e-6, 1.5, 2.0, 3.0, 1e10, 1e30, 0.5, float("inf")]),
+          r(4, dtype=f64, low=1.0, high=40.0), r(3, dtype=i64, low=0.2, high=2)):
+    case(aten.acosh.default, x)
+for x in (r(3, 4, low=0.01, high=100.0, nc=True), r(4, dtype=f64, low=1e-3, high=1e3),
+          torch.tensor([0.0, -1.0, float("inf"), 1e-30])):
+    case(aten.log10.default, x)
+case(aten.erfc.default, WIDE)
+case(aten.erfc.default, r(3, 4, dtype=f64))
+for x in (SPECIAL, r(4, dtype=i32), r(3, dtype=b8)):
+    case(aten.signbit.default, x)
+case(aten.frexp.Tensor, torch.tensor([0.0, -0.0, 1.0, 0.5, -3.0, 1e-40, 6e-39, 1e38, 1023.9,
+                                      float("inf"), float("nan")]))
+case(aten.frexp.Tensor, r(3, 4, dtype=f64, low=-1e5, high=1e5))
+for d in (0, 2, -1):
+    case(aten.round.decimals, r(3, 4, low=-500, high=500), decimals=d)
+case(aten.hardtanh.default, SPECIAL, -1.0, 2.0)
+case(aten.hardtanh.default, r(3, 4, dtype=i64), 0, 6)
+ZEROS = torch.tensor([0.0, -0.0, 0.0, -0.0, 1.0, -1.0, float("inf"), -float("inf"), 2.0, -3.0,
+                      float("inf"), float("nan")])
+case(aten.atan2.default, ZEROS, ZEROS.flip(0))
+case(aten.atan2.default, ZEROS.repeat(12).reshape(12, 12), ZEROS.reshape(12, 1))
+case(aten.atan2.default, r(3, 4, dtype=f64), r(4, dtype=f64))
+case(aten.atan2.default, r(3, 4, dtype=i64), r(4, dtype=i32))
+case(aten.atan2.default, r(5, dtype=bf16), r(5, dtype=bf16))
+for op in (aten.fmax.default, aten.fmin.default, aten.copysign.Tensor, aten.hypot.default):
+    case(op, ZEROS, ZEROS.flip(0))
+    case(op, r(3, 4, nc=True), r(4))
+for op in (aten.fmax.default, aten.fmin.default):
+    case(op, r(3, 4, dtype=i64), r(4, dtype=i64))
+case(aten.copysign.Tensor, r(3, 4, dtype=i64), r(4))
+case(aten.copysign.Scalar, r(3, 4), -2.0)
+case(aten.hypot.default, torch.tensor([3e38, 1e-40, 0.0, 5.0]), torch.tensor([4e38, 1e-40, 0.0,
+                                                                                12.0]))
+case(aten.ldexp.Tensor, r(3, 4), r(4, dtype=i64))
+case(aten.ldexp.Tensor, r(3, 4, dtype=i32), r(3, 4, dtype=i32))
+for op in (aten.gcd.default, aten.lcm.default):
+    case(op, r(4, 5, dtype=i64, low=-10, high=10), r(5, dtype=i64, low=-10, high=10))
+    case(op, torch.tensor([0, 0, 7, -12, 2**40 * 3, 832040, 5], dtype=i64),
+         torch.tensor([0, 5, 0, 18, 2**41, 514229, -5], dtype=i64))
+case(aten.gcd.default, torch.tensor([2**62 + 2**61, -2**63 + 2**10, 2**63 - 1], dtype=i64),
+     torch.tensor([2**61, 2**20, 2**31 - 1], dtype=i64))
+case(aten.gcd.default, r(3, 4, dtype=i8, low=-18, high=18), r(4, dtype=i8, low=-18, high=18))
+
+NEXT = torch.tensor([0.0, -0.0, 1.0, 1.0, -1.0, 0.5, 3.0, 1e-45, -2e-38, 1e38, float("nan"), 2.0])
+case(aten.nextafter.default, NEXT, torch.tensor([1.0, -1.0, 2.0, 0.0, -2.0, 0.0, 3.0, 0.0, 0.0,
+                                                 float("inf"), 0.0, float("nan")]))
+case(aten.nextafter.default, NEXT.double(), -NEXT.double())
+# integer bitwise ops, exact for every value (extremes and random 64-bit patterns)
+EXTREMES = torch.tensor([0, 1, -1, 2**63 - 1, -2**63, 2**62, -2**62, 2**53 + 1, -(2**53) - 3,
+                         12345678901234567, 255, -256], dtype=i64)
+BITS_A = torch.cat([EXTREMES.repeat_interleave(12), torch.randint(-2**63, 2**63 - 1, (40,),
+                                                                  generator=G)])
+BITS_B = torch.cat([EXTREMES.repeat(12), torch.randint(-2**63, 2**63 - 1, (40,), generator=G)])
+for op in (aten.bitwise_and.Tensor, aten.bitwise_or.Tensor, aten.bitwise_xor.Tensor):
+    case(op, BITS_A, BITS_B)
+    case(op, r(3, 4, dtype=i32, low=-9e8, high=9e8), r(4, dtype=i32, low=-9e8, high=9e8))
+    case(op, r(3, 4, dtype=u8, high=30), r(3, 4, dtype=u8, high=30))
+    case(op, r(2, 5, dtype=i16), r(2, 1, dtype=i8))
+for op in (aten.bitwise_and.Scalar, aten.bitwise_or.Scalar, aten.bitwise_xor.Scalar):
+    case(op, BITS_A, -6148914691236517206)
+case(aten.bitwise_not.default, BITS_A)
+case(aten.bitwise_not.default, r(3, 4, dtype=u8))
+case(aten.bitwise_not.default, r(3, 4, dtype=b8))
+SHIFTS = torch.randint(-3, 70, BITS_A.shape, generator=G)
+for op in (aten.bitwise_left_shift.Tensor, aten.bitwise_right_shift.Tensor,
+           aten.__lshift__.Tensor, aten.__rshift__.Tensor):
+    case(op, BITS_A, SHIFTS)
+    case(op, r(3, 4, dtype=i8), r(3, 4, dtype=i8, low=-0.3, high=1.3))
+    case(op, r(3, 4, dtype=u8), r(4, dtype=u8, high=1.3))
+for op in (aten.bitwise_left_shift.Tensor_Scalar, aten.bitwise_right_shift.Tensor_Scalar,
+           aten.__lshift__.Scalar, aten.__rshift__.Scalar):
+    case(op, BITS_A, 5)
+    case(op, r(3, 4, dtype=i32), 31)
+
 # -- reductions ----------------------------------------------------------------------------
 X = r(3, 5, 4, nc=True)
 for op in (aten.sum.dim_IntList, aten.mean.dim, aten.amax.default, aten.amin.default):
@@ -192,6 +277,55 @@ for op in (aten._softmax.default, aten._log_softmax.default):
     case(op, X, 1, False)
     case(op, r(3, 6, dtype=bf16), -1, False)
 
+# scans, sorts and order statistics (ties on purpose: small integer ranges)
+SCAN = r(4, 6, 3, low=-2, high=2, nc=True)
+for op in (aten.cummax.default, aten.cummin.default):
+    case(op, SCAN, 1)
+    case(op, r(3, 7, dtype=i64, low=-0.3, high=0.3), -1)
+    case(op, SPECIAL, 1)
+    case(op, r(5, dtype=b8), 0)
+    case(op, r(dtype=f32), 0)
+case(aten.cumprod.default, SCAN, 1)
+case(aten.cumprod.default, r(3, 5, dtype=i32, low=-0.4, high=0.4), -1)
+case(aten.cumprod.default, SPECIAL, 1)
+case(aten.cumprod.default, r(4, 3, dtype=b8), 0, dtype=f64)
+case(aten.logcumsumexp.default, SCAN, 1)
+case(aten.logcumsumexp.default, SPECIAL, 1)
+case(aten.logcumsumexp.default, r(3, 5, dtype=f64, low=-100, high=100), 0)
+TIES = r(3, 9, dtype=i64, low=-0.3, high=0.3)
+NANS = torch.tensor([[3.0, float("nan"), 1.0, -0.0, 0.0, float("nan"), -float("inf"), 1.0]])
+PERM = torch.randperm(20, generator=G).reshape(4, 5)
+# unique values: indices compared too; with ties (PyTorch's order among equal values is
+# unspecified but for stable sorts) only the values
+for x, tied in ((r(3, 37, 2, nc=True), False), (PERM.to(bf16), False), (PERM, False),
+                (TIES, True), (NANS, True), (r(6, dtype=b8), True)):
+    pick = 0 if tied else None
+    case(aten.sort.default, x, 1 if x.ndim > 1 else 0, pick=pick)
+    case(aten.sort.default, x, 0, True, pick=pick)
+    case(aten.sort.stable, x, stable=True, dim=-1, descending=True)
+    if x.dtype is b8:
+        continue
+    case(aten.topk.default, x, 2, -1, pick=pick)
+    case(aten.topk.default, x, 1, 0, False, pick=pick)
+    case(aten.kthvalue.default, x, 2, -1, True, pick=pick)
+    case(aten.median.default, x)
+    case(aten.nanmedian.default, x)
+    case(aten.median.dim, x, -1, pick=pick)
+    case(aten.nanmedian.dim, x, 0, True, pick=pick)
+    if x is not NANS:  # PyTorch's mode counts NaNs as it meets them in its sort
+        case(aten.mode.default, x, -1, pick=pick)
+case(aten.nanmedian.dim, torch.tensor([[float("nan")] * 3, [1.0, float("nan"), 2.0]]), 1)
+case(aten.sort.default, r(1000), 0)
+SEQ = torch.tensor([[-1.0, 0.0, 0.0, 2.0, 5.0], [1.0, 1.0, 1.0, 3.0, float("inf")]])
+VALUES = torch.tensor([[-2.0, 0.0, 1.0, 5.0, float("nan")], [1.0, 0.5, 3.0, 4.0, 10.0]])
+for right in (False, True):
+    case(aten.searchsorted.Tensor, SEQ, VALUES, right=right)
+    case(aten.searchsorted.Tensor, SEQ[0], VALUES, right=right, out_int32=True)
+    case(aten.bucketize.Tensor, VALUES, SEQ[0], right=right)
+case(aten.searchsorted.Tensor, torch.tensor([5, 1, 3]), torch.tensor([0, 2, 3, 9]),
+     sorter=torch.tensor([1, 2, 0]), side="right")
+case(aten.bucketize.Scalar, 2.5, SEQ[0])
+
 # -- linear algebra and nn -----------------------------------------------------------------
 case(aten.mm.default, r(3, 5, nc=True), r(5, 4))
 case(aten.mm.default, r(2, 7, dtype=bf16), r(7, 3, dtype=bf16))
@@ -232,6 +366,77 @@ case(aten._adaptive_avg_pool2d.default, r(2, 3, 7, 5, nc=True), [3, 2])
 case(aten._adaptive_avg_pool2d.default, r(1, 4, 6, 6), [1, 1])
 case(aten.embedding.default, r(11, 4), torch.randint(0, 11, (2, 5), generator=G))
 case(aten.embedding.default, r(7, 3, dtype=bf16), torch.randint(0, 7, (6,), generator=G).int())
+
+case(aten.addmv.default, r(4), r(4, 5, nc=True), r(5))
+case(aten.addmv.default, torch.full((3,), float("nan")), r(3, 2), r(2), beta=0, alpha=-1.5)
+case(aten.addmv.default, r(3, dtype=i64), r(3, 2, dtype=i64), r(2, dtype=i64), beta=2, alpha=3)
+case(aten.addbmm.default, r(3, 4), r(2, 3, 5), r(2, 5, 4, nc=True), beta=0.5)
+case(aten._trilinear.default, r(2, 3), r(5, 3, 4), r(2, 4), [1, 3], [0], [1, 2], [2, 3])
+case(aten.dist.default, r(3, 4), r(4), 3.0)
+for p in (0.0, 1.0, 2.0, float("inf")):
+    case(aten._cdist_forward.default, r(2, 4, 3), r(2, 5, 3), p, None)
+case(aten._pdist_forward.default, r(5, 3), 2.0)
+case(aten._pdist_forward.default, r(4, 2, dtype=f64), 1.0)
+case(aten.convolution.default, r(1, 2, 4, 5, 3), r(3, 2, 2, 3, 1), r(3), [1, 2, 1], [1, 0, 0],
+     [1, 1, 2], False, [0, 0, 0], 1)
+case(aten.convolution.default, r(2, 4, 5, 6), r(4, 3, 3, 2), r(6), [2, 1], [1, 1], [1, 2],
+     True, [1, 0], 2)  # transposed: weight (C_in, C_out / groups, ...)
+case(aten.convolution.default, r(1, 3, 7), r(3, 2, 4), None, [3], [2], [1], True, [2], 1)
+case(aten.convolution.default, r(1, 2, 3, 4, 3), r(2, 2, 2, 2, 2), None, [2, 1, 2], [0, 1, 0],
+     [1, 1, 1], True, [1, 0, 0], 1)
+case(aten._native_batch_norm_legit_functional.default, r(4, 3, 5, nc=True), r(3), r(3), r(3),
+     r(3, low=0.5, high=2.0), True, 0.3, 1e-5)
+case(aten._native_batch_norm_legit_functional.default, r(2, 3, 2, 2), None, None, r(3),
+     r(3, low=0.5, high=2.0), False, 0.1, 1e-3)
+case(aten.native_group_norm.default, r(2, 6, 3, 5), r(6), r(6), 2, 6, 15, 3, 1e-5)
+case(aten.native_layer_norm.default, r(2, 3, 6), [3, 6], r(3, 6), None, 1e-5)
+case(aten._native_batch_norm_legit.no_stats, r(2, 4, 3, nc=True), r(4), r(4), True, 0.1, 1e-5)
+case(aten._native_batch_norm_legit_no_training.default, r(2, 4, 3), *BN, 0.1, 1e-5)
+PEAKS = torch.tensor([[[[1.0, 3.0, 3.0, 0.0], [3.0, float("nan"), 2.0, float("nan")],
+                        [-float("inf")] * 4]]])
+case(aten.max_pool2d_with_indices.default, PEAKS, [2, 2], [1, 1], [1, 1])
+case(aten.max_pool2d_with_indices.default, r(1, 2, 9, 8, dtype=i64), [3, 2], [2, 1], [1, 1],
+     [1, 2], True)
+case(aten.max_pool3d_with_indices.default, r(1, 2, 5, 6, 4), [2, 3, 2], [2, 2, 1], [1, 1, 0],
+     [1, 1, 2], True)
+case(aten.max_pool3d_with_indices.default, r(2, 3, 3, 4, dtype=i64), [2, 2, 2])
+case(aten.avg_pool2d.default, r(1, 2, 7, 6, dtype=i64, low=-40, high=40), [3, 2], [2, 2], [1, 1],
+     True, False)
+case(aten.avg_pool2d.default, r(1, 1, 5, 5, dtype=i64), [2, 2], [2, 2], [0, 0], False, True, 3)
+case(aten.avg_pool3d.default, r(1, 2, 5, 6, 4), [2, 3, 2], [2, 2, 1], [1, 1, 0], True)
+case(aten.avg_pool3d.default, r(2, 3, 3, 4, dtype=i64), [2, 2, 2])
+case(aten._adaptive_avg_pool3d.default, r(1, 2, 5, 7, 3), [2, 3, 1])
+for op in (aten.adaptive_max_pool2d.default, aten.adaptive_max_pool3d.default):
+    nd = 2 if op is aten.adaptive_max_pool2d.default else 3
+    case(op, r(2, 3, *(5, 7, 4)[:nd], nc=True), [3, 2, 3][:nd])
+    case(op, r(1, 2, *(6, 4, 3)[:nd], low=-0.3, high=0.3).round(), [4, 1, 2][:nd])
+case(aten.adaptive_max_pool2d.default, PEAKS, [2, 3])
+
+BAG = torch.tensor([3, 0, 7, 7, 2, 5, 1])
+for mode in (0, 1, 2):
+    case(aten._embedding_bag_forward_only.default, r(8, 3), BAG, torch.tensor([0, 2, 2, 5]),
+         False, mode, pick=0)
+case(aten._embedding_bag_forward_only.default, r(8, 3), BAG, torch.tensor([0, 3, 7]), False, 0,
+     False, r(7), True, 7, pick=0)
+case(aten._embedding_bag.default, r(8, 3), BAG, torch.tensor([0, 4]), False, 1, pick=0)
+for red in ("sum", "mean", "max", "min", "prod"):
+    case(aten.segment_reduce.default, r(6, 2), red, lengths=torch.tensor([2, 0, 3, 1]))
+case(aten.segment_reduce.default, r(5, 3), "max", offsets=torch.tensor([0, 2, 2, 5]),
+     initial=1.0)
+case(aten.tril_indices.default, 4, 3, 1)
+case(aten.triu_indices.default, 3, 5, -1)
+
+GRID2 = r(2, 4, 3, 2, low=-1.4, high=1.4)  # reaches outside [-1, 1]
+for mode, padding, corners in itertools.product((0, 1), (0, 1, 2), (False, True)):
+    case(aten.grid_sampler_2d.default, r(2, 3, 5, 6), GRID2, mode, padding, corners)
+case(aten.grid_sampler_3d.default, r(1, 2, 3, 4, 5), r(1, 2, 3, 2, 3, low=-1.3, high=1.3), 0, 2,
+     False)
+case(aten.grid_sampler_3d.default, r(1, 2, 3, 4, 5), r(1, 2, 3, 2, 3, low=-1.3, high=1.3), 1, 1,
+     True)
+
+case(aten._upsample_bilinear2d_aa.default, r(2, 3, 10, 17, nc=True), [3, 5], False)
+case(aten._upsample_bilinear2d_aa.default, r(1, 2, 4, 5), [9, 7], False)
+case(aten._upsample_bilinear2d_aa.default, r(1, 1, 12, 12, dtype=f64), [5, 4], False, 0.4, 0.3)
 
 # -- indexing ------------------------------------------------------------------------------
 Y = r(4, 5, 6, nc=True)
@@ -276,6 +481,39 @@ case(aten.tril.default, r(2, 4, 4, dtype=i64), -1)
 case(aten.triu.default, r(4, 5), 1)
 case(aten.triu.default, r(3, 3, dtype=b8))
 
+case(aten.scatter_add.default, r(4, 5), 0, torch.tensor([[0, 1, 1, 3, 0], [1, 1, 1, 0, 3]]),
+     r(2, 5))
+case(aten.scatter_add.default, r(3, 4, dtype=i64), 1, torch.randint(0, 4, (3, 6), generator=G),
+     r(3, 6, dtype=i64))
+for red in ("sum", "prod", "mean", "amax", "amin"):
+    for include_self in (True, False):
+        case(aten.scatter_reduce.two, r(4, 5, nc=True), 0,
+             torch.randint(0, 4, (3, 5), generator=G), r(3, 5), red, include_self=include_self)
+    case(aten.scatter_reduce.two, r(4, 5, dtype=i64), 1, torch.randint(0, 5, (4, 7), generator=G),
+         r(4, 7, dtype=i64), red, include_self=False)
+    if red != "sum":
+        case(aten.index_reduce.default, r(5, 3), 0, torch.tensor([0, 4, 0, 2]), r(4, 3), red)
+case(aten.scatter_reduce.two, SPECIAL.reshape(-1), 0, torch.tensor([0, 0, 1, 1, 2]),
+     SPECIAL.reshape(-1)[3:], "amax")
+case(aten.scatter.reduce, r(4, 5), 0, torch.tensor([[0, 1, 1, 3, 0]]), r(2, 5), reduce="add")
+case(aten.scatter.reduce, r(4, 5), 1, torch.tensor([[0, 1, 1], [4, 4, 2]]), r(2, 3),
+     reduce="multiply")
+case(aten.scatter.value_reduce, r(4, 5, dtype=i64), 1, torch.tensor([[4], [4], [2], [1]]), 3,
+     reduce="add")
+case(aten.masked_scatter.default, r(3, 4), r(3, 4, dtype=b8), r(5, 3))
+case(aten.masked_scatter.default, r(3, 4, dtype=i64), r(4, dtype=b8), r(12, dtype=i64))
+case(aten.put.default, r(3, 4), torch.tensor([0, -1, 5, 5]), r(4))
+case(aten.put.default, r(3, 4, dtype=i32), torch.tensor([[1, 1], [7, -12]]), r(2, 2, dtype=i32),
+     True)
+case(aten.diagonal_scatter.default, r(4, 5), r(4), 1)
+case(aten.diagonal_scatter.default, Y, r(5, 3), -1, 0, 2)
+case(aten.as_strided.default, r(4, 6), [3, 3], [2, 5], 1)
+case(aten.as_strided_copy.default, r(10, dtype=i64), [2, 4], [1, 2])
+case(aten.as_strided_scatter.default, r(4, 6), r(3, 2), [3, 2], [6, 2], 1)
+case(aten.unfold.default, Y, 1, 2, 2)
+case(aten.unfold.default, r(7, dtype=i32), 0, 3, 1)
+case(aten.unfold.default, r(dtype=f32), 0, 1, 1)
+
 # -- layout --------------------------------------------------------------------------------
 case(aten.view.default, r(3, 4), [2, -1, 3])
 case(aten._unsafe_view.default, r(3, 4), [12])
@@ -306,6 +544,13 @@ case(aten._to_copy.default, r(3, 4, low=-40, high=40), dtype=i16)
 case(aten._to_copy.default, r(3, 4, dtype=i16), dtype=u8)
 case(aten.copy.default, r(3, 4), r(4, dtype=i64))
 
+case(aten.view_copy.default, r(3, 4, nc=True), [6, 2])
+case(aten.permute_copy.default, Y, [1, 2, 0])
+case(aten.unbind_copy.int, r(3, 2), 0)
+case(aten.expand_copy.default, r(3, 1), [3, 4])
+case(aten.diagonal_copy.default, Y, 0, 0, 2)
+case(aten.narrow_copy.default, Y, 2, 1, 3)
+
 # -- construction --------------------------------------------------------------------------
 case(aten.full.default, [2, 3], 1.5)
 case(aten.full.default, [4], 7, dtype=i32)
@@ -329,7 +574,8 @@ case(aten.arange.start_step, 1.0, 2.0, 0.25)
 case(aten.arange.start_step, 10, 0, -4, dtype=i32)
 for op, args in ((aten.empty.memory_format, ([2, 3],)), (aten.empty_like.default, (r(3, 2),)),
                  (aten.empty_strided.default, ([2, 3], [3, 1])),
-                 (aten.new_empty.default, (r(2), [4]))):
+                 (aten.new_empty.default, (r(2), [4])),
+                 (aten.empty_permuted.default, ([2, 3, 4], [2, 0, 1]))):
     case(op, *args, values=False)
 
 

@@ -16,7 +16,7 @@ import numpy as np
 
 from lumos.errors import LumosError
 
-SEEDED_SEARCH = 2  # the CPU runtime's two seed programs (fused; fused + BLAS)
+DEFAULT_SEARCH = 100  # candidates per shape bucket on the CPU runtime: CompileOptions'
 
 
 def default_runtime() -> str:
@@ -47,12 +47,12 @@ def add_runtime(p: argparse.ArgumentParser, default: str = "cpu", help: str | No
 
 def compile_options(args: argparse.Namespace) -> Any:
     """The CompileOptions of `--search N`, `--flush-denormals` and `--matmul-precision`
-    (by default, on the CPU runtime, a search timing its seed programs, whose result the
-    artifact cache keeps; 0: no search)."""
+    (by default, on the CPU runtime, CompileOptions' search, whose result the artifact
+    cache keeps; 0: no search)."""
     from lumos.search import CompileOptions
 
     cpu = args.runtime == "cpu"
-    n = (SEEDED_SEARCH if cpu else 0) if args.search is None else args.search
+    n = (DEFAULT_SEARCH if cpu else 0) if args.search is None else args.search
     for flag, given in (("--flush-denormals", args.flush_denormals),
                         ("--matmul-precision", args.matmul_precision != "highest")):
         if given and cpu and not n:
@@ -66,9 +66,9 @@ def add_compile_options(p: argparse.ArgumentParser) -> None:
 
     p.add_argument("--search", type=int, default=None, metavar="N",
                    help="time N candidate programs per compiled shape bucket; 0: the runtime's "
-                        f"unsearched baseline (default: {SEEDED_SEARCH} on the cpu runtime: its "
-                        "two seed programs, fused and fused with BLAS; 0 on the reference "
-                        "runtime)")
+                        f"unsearched baseline; 2: the two seed programs only (default: "
+                        f"{DEFAULT_SEARCH} on the cpu runtime, within 60 s per bucket; 0 on "
+                        "the reference runtime)")
     p.add_argument("--flush-denormals", action="store_true",
                    help="cpu runtime: subnormal floats computed as zero (faster where a model's "
                         "weights hold some; results within 1.2e-38 of the exact ones)")

@@ -14,7 +14,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from lumos.cli.common import SEEDED_SEARCH, say
+from lumos.cli.common import DEFAULT_SEARCH, say
 from lumos.errors import LumosError
 
 MODELS = ("smollm2", "minilm", "mobilenet", "whisper")
@@ -26,8 +26,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("target", help=f"a model ({', '.join(MODELS)}, or a .gguf file) or a "
                                   "Python file defining `graph` or `build()`")
     p.add_argument("-o", "--output", help="the page to write (default: TARGET's name + .html)")
-    p.add_argument("--search", type=int, default=SEEDED_SEARCH, metavar="N",
-                   help=f"candidates timed per bucket (default {SEEDED_SEARCH}; 0: the "
+    p.add_argument("--search", type=int, default=DEFAULT_SEARCH, metavar="N",
+                   help=f"candidates timed per bucket (default {DEFAULT_SEARCH}; 0: the "
                         "unsearched baseline)")
     p.add_argument("--max-nodes", type=int, default=150,
                    help="graphs with more live nodes are drawn one box per layer")

@@ -18,18 +18,23 @@ from typing import Any
 
 import numpy as np
 
-from lumos.dtype import DType, as_dtype, f32, f64, i32, i64, u8
+from lumos.dtype import DType, as_dtype, bool_, f32, f64, i32, i64, u8
 from lumos.errors import DTypeError, ShapeError
+from lumos.frontend import reduce as R
 from lumos.frontend.tensor import (
     Scalar,
     Tensor,
     add,
     broadcast_shapes,
     dim_value,
+    div,
     eq,
+    floor_divide,
     full_like,
     iota,
     lt,
+    maximum,
+    minimum,
     mul,
     node,
     promote_types,
@@ -352,6 +357,92 @@ def scatter(x: Tensor, dim: int, index: Tensor, src: Tensor | Scalar | None = No
         vals = full_like(idx, value if src is None else src, x.dtype)
     pos = _along_positions(flat, idx, d)
     return node(x.graph, "Scatter", [flat, pos, vals]).reshape(*x.view.shape)
+
+
+_REDUCES = ("sum", "prod", "mean", "amax", "amin")
+
+
+def scatter_reduce(x: Tensor, dim: int, index: Tensor, src: Tensor, reduce: str, *,
+                   include_self: bool = True) -> Tensor:
+    """torch.scatter_reduce: x with each src[i][j] combined into x[index[i][j]][j] (for
+    dim 0) by `reduce` (sum, prod, mean, amax, amin); positions nothing points at keep x.
+    Duplicates are exact: a one-hot match of every x position against every src element
+    (numel(x) * numel(index) elements), reduced along the src axis."""
+    if reduce not in _REDUCES:
+        raise ValueError(f"scatter_reduce: reduce must be one of {_REDUCES}, not {reduce!r}")
+    if src.dtype is not x.dtype:
+        raise DTypeError(f"scatter_reduce: src dtype {src.dtype.name} must equal the input "
+                         f"dtype {x.dtype.name}")
+    flat, idx, d = _along(x, dim, index, "scatter_reduce")
+    sv = src.view.unsqueeze(0) if idx.ndim == 1 and src.ndim == 0 else src.view
+    for a, n in enumerate(idx.view.shape):
+        sv = sv.slice(a, 0, n)
+    vals = src._with_view(sv)
+    pos = _along_positions(flat, idx, d)
+    return _reduce_into(x, pos, vals, reduce, include_self)
+
+
+def _reduce_into(x: Tensor, pos: Tensor, vals: Tensor, reduce: str,
+                 include_self: bool) -> Tensor:
+    """x with vals (at flat logical positions pos, same shape) reduced into it."""
+    g, dt = x.graph, x.dtype
+    n, m = numel(x.view.shape), numel(pos.view.shape)
+    hit = eq(iota(g, z(0), [n, 1], pos.dtype), pos.reshape(1, m))
+    v = vals.reshape(1, m).expand(n, m)
+    flat = x.reshape(-1)
+    if reduce in ("sum", "mean"):
+        r = R.sum(where(hit, v, scalar(g, 0, dt)), 1).to(dt)
+    elif reduce == "prod":
+        r = R.prod(where(hit, v, scalar(g, 1, dt)), 1).to(dt)
+    else:
+        low = -math.inf if dt.is_float else False if dt.is_bool else (
+            -(1 << (dt.bits - 1)) if dt.signed else 0)
+        high = math.inf if dt.is_float else True if dt.is_bool else (
+            (1 << (dt.bits - 1)) - 1 if dt.signed else (1 << dt.bits) - 1)
+        fill = low if reduce == "amax" else high
+        r = (R.amax if reduce == "amax" else R.amin)(where(hit, v, scalar(g, fill, dt)), 1)
+    hits = R.sum(hit, 1)
+    if include_self:
+        both = {"sum": add, "mean": add, "prod": mul, "amax": maximum, "amin": minimum}
+        r = both[reduce](flat, r)
+    if reduce == "mean":  # integers divide rounding down, as PyTorch does
+        count = add(hits, 1 if include_self else 0).to(dt)
+        r = div(r, count) if dt.is_float else floor_divide(r, maximum(count, 1))
+    return where(lt(0, hits), r, flat).to(dt).reshape(*x.view.shape)
+
+
+def index_reduce(x: Tensor, dim: int, index: Tensor, source: Tensor, reduce: str, *,
+                 include_self: bool = True) -> Tensor:
+    """torch.index_reduce: source's slices along `dim` reduced into x's slices
+    index[j] (reduce: prod, mean, amax, amin)."""
+    if index.ndim > 1:
+        raise ShapeError(f"index_reduce: index must be 0-d or 1-d, got shape {index.shape}")
+    if x.ndim == 0:
+        return index_reduce(x.reshape(1), 0, index, source.reshape(-1), reduce,
+                            include_self=include_self).reshape(())
+    d = x._axis(dim)
+    src = source if source.ndim else source.reshape(1)
+    iv = index.reshape(-1).view
+    for a in range(src.ndim):
+        if a != d:
+            iv = iv.unsqueeze(a)
+    full = index._with_view(iv.expand(src.view.shape))
+    return scatter_reduce(x, d, full, src, reduce, include_self=include_self)
+
+
+def masked_scatter(x: Tensor, mask: Tensor, source: Tensor) -> Tensor:
+    """torch.masked_scatter: where mask holds, the next element of source (in row-major
+    order), else x: source is read at the running count of the mask, less one."""
+    shape = broadcast_shapes(x.view.shape, mask.view.shape, op="masked_scatter")
+    xb = x._with_view(x.view.expand(shape))
+    mb = mask._with_view(mask.view.expand(shape)).to(bool_)
+    src = source.reshape(-1)
+    k = numel(src.view.shape)
+    if k is ZERO:
+        return xb
+    taken = add(R.cumsum(mb.reshape(-1), 0), -1)  # in range wherever the mask holds
+    at = minimum(maximum(taken, 0), dim_value(x.graph, k - 1, taken.dtype))
+    return where(mb, node(x.graph, "Gather", [at, src]).reshape(*shape), xb)
 
 
 def index_put(x: Tensor, indices: Sequence[Tensor | None], values: Tensor | Scalar,

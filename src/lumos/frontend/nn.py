@@ -304,6 +304,49 @@ def conv2d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride: Si
     return _conv(input, weight, bias, stride, padding, dilation, groups, 2)
 
 
+def conv3d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride: Size = 1,
+           padding: Size | str = 0, dilation: Size = 1, groups: int = 1) -> Tensor:
+    return _conv(input, weight, bias, stride, padding, dilation, groups, 3)
+
+
+def conv_transpose(input: Tensor, weight: Tensor, bias: Tensor | None, stride: Size,
+                   padding: Size, output_padding: Size, groups: int, dilation: Size,
+                   nd: int) -> Tensor:
+    """The transposed convolution (the gradient of a convolution by its input): a
+    convolution with stride 1 over the input spread out by the stride (zeros between its
+    elements, a view), padded by dilation * (k - 1) - padding on each side (plus
+    output_padding after; a negative pad crops), with the kernel flipped and its in and out
+    channels swapped within each group. Weight: (C_in, C_out / groups, *k)."""
+    op = f"conv_transpose{nd}d"
+    x = _batched(input, nd, op)
+    s, d = _tuple(stride, nd, "stride", op), _tuple(dilation, nd, "dilation", op)
+    p, op_ = _tuple(padding, nd, "padding", op), _tuple(output_padding, nd, "output_padding", op)
+    cin, cog, *ks = weight.view.shape
+    if weight.ndim != nd + 2 or not cin.is_num or cin.value % groups:
+        raise ShapeError(f"{op}: weight shape {weight.shape} does not fit groups={groups}")
+    v = x.view
+    for i in range(nd):
+        a, n = 2 + i, v.shape[2 + i]
+        spread = (n - 1) * s[i] + 1
+        za = z(a)
+        m = {f"z{a}": za // s[i]}
+        v = v._new(v.shape[:a] + (spread,) + v.shape[a + 1:], v.index.subs(m),
+                   v.valid.subs(m) & (za % s[i]).lt(1))
+    xs = x._with_view(v)
+    pads: list = []
+    for i in reversed(range(nd)):
+        edge = d[i] * (ks[i].value - 1) - p[i]
+        pads += [edge, edge + op_[i]]
+    xs = xs.pad(pads)
+    cig = cin // groups
+    w = weight.reshape(groups, cig, cog, *ks).transpose(1, 2)
+    for i in range(nd):
+        w = w.flip(3 + i)
+    w = w.reshape(groups * cog, cig, *ks)
+    y = _conv(xs, w, bias, 1, 0, d, groups, nd)
+    return _unbatch(y, input, nd)
+
+
 # -- pooling ----------------------------------------------------------------------------
 
 def _pool_geometry(op: str, x: Tensor, kernel_size: Size, stride: Size | None, padding: Size,

@@ -408,7 +408,7 @@ class Transcriber:
                                           sym("past"))
         self.logits = self.model.proj_out(states[:, -1]).output()
         buckets = {"tokens": [(1, 1, 1), (2, most, len(self.prompt))]}  # a step; a prompt
-        opts = self.options and dataclasses.replace(self.options, dim_buckets=buckets)
+        opts = dataclasses.replace(self.options or CompileOptions(), dim_buckets=buckets)
         self.decoder = g.compile(runtime, opts)
         load_state(self.model, self.decoder, self.state)
         self._carries = carries(self.model, g)

@@ -16,11 +16,12 @@ Generation 0 is one genome per seed cost (a backend's rules of thumb), then the 
 as in GeneticSearch; the fastest becomes the incumbent. Every later candidate is the
 incumbent with a batch of moves. A move re-picks one class of the incumbent that has a
 choice to make; the classes the new choice reaches that the incumbent does not take their
-first alternative (a shallow move) or a random one (a deep move). Moves of a batch touch
-disjoint kernels of the incumbent. After the run, moves that changed common kernels form a
-group; a group whose new kernels take less time than the old ones they replace, by
-`MARGIN` and with the old times scaled by how the unchanged kernels' times drifted (the
-machine's noise), is kept: the incumbent takes its choices.
+first alternative (a shallow move) or their second (a deep move: a producer read inline
+is then computed inline down its own chain). Moves of a batch touch disjoint kernels of
+the incumbent. After the run, moves that changed common kernels form a group; a group
+whose new kernels take less time than the old ones they replace, by `MARGIN` or by more
+than 90% of the unchanged kernels' times moved between the two runs (the machine's noise),
+the old times scaled by how those drifted, is kept: the incumbent takes its choices.
 
 A candidate that fails (Rejected: its code would not compile; Invalid: it ran wrong) is
 tried again in halves, until the move that failed it stands alone and is rejected.
@@ -30,7 +31,9 @@ kernel the class lies, and the e-node it picks. A verdict holds for every move o
 signature: repeated layers (the same kernels) are decided once, each kept move is tried
 at once wherever else it applies, and a rejected one is not tried again. The search ends
 at `limit` counted candidates, at `search_time_limit`, or when no move is left to try;
-the incumbent is then measured once more, so that best() is a measured program.
+then the incumbent and generation 0's best are timed in turns (`FINAL_ROUNDS`), and
+best() is the one of the lower median: a search never returns a program slower than its
+seed by noise in the per-kernel judgements.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ from __future__ import annotations
 import hashlib
 import math
 import random
+import statistics
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -54,6 +58,7 @@ from lumos.search.outcome import Invalid, KernelTime, Measured, Outcome, Rejecte
 MARGIN = 0.02  # a group of moves is kept when its kernels are at least this much faster
 MIN_GAIN = 2e-7  # ... and by at least this many seconds
 MAX_MOVES = 48  # moves per candidate
+FINAL_ROUNDS = 2  # the incumbent and generation 0's best, timed in turns this many times
 KernelId = tuple[int, str]  # (root class, key)
 
 
@@ -95,8 +100,11 @@ class KernelSearch:
         self._retry: list[list[Move]] = []  # parts of a failed batch, to try again
         self._texts: dict[tuple[int, int], str] = {}  # (class, alternative) -> its e-node's
         self._incumbent_seconds = math.inf
-        self._incumbent_measured = False  # ... as it is now (no move kept since)
-        self._final = False  # the incumbent's last measurement is handed out
+        self._first: tuple[float, Genome] = (math.inf, {})  # generation 0's best
+        self._final = False  # the moves are over: the finals are handed out
+        self._finals: list[Genome] = []
+        self._final_times: dict[tuple, tuple[Genome, list[float]]] = {}
+        self._last_reason = ""
         self._bar: tqdm | None = None
         self.history: list[Trial] = []  # one per reported candidate (lumos viz plots it)
         self._origins: dict[tuple, str] = {}  # handed out, by genome_key: see Trial.origin
@@ -129,15 +137,20 @@ class KernelSearch:
         reason = self._budget_spent()
         moves = [] if reason or self._final else self._retried() or self._propose()
         if not moves:
-            if self._incumbent_measured or self.counted >= self.options.limit:
-                return self._stop(reason or "no move left to try")
-            self._final = True  # the incumbent, measured once more
-            genome = dict(self.incumbent)
+            if not self._final:  # the finals: the incumbent against generation 0's best,
+                self._final = True  # in turns (one program timed now and one then is
+                self._last_reason = reason or "no move left to try"  # no comparison)
+                inc, first = dict(self.incumbent), self._first[1]
+                self._finals = [inc, first] * FINAL_ROUNDS \
+                    if genome_key(inc) != genome_key(first) else []
+            if not self._finals or self.counted >= self.options.limit:
+                return self._stop(self._last_reason)
+            genome = self._finals.pop(0)
         else:
             genome = self._apply(moves)
         self.generation += 1
         self._pending[genome_key(genome)] = (genome, moves)
-        self._origins[genome_key(genome)] = f"{len(moves)} moves" if moves else "incumbent"
+        self._origins[genome_key(genome)] = f"{len(moves)} moves" if moves else "final"
         return genome
 
     def report(self, candidate: Genome, outcome: Outcome) -> None:
@@ -169,14 +182,18 @@ class KernelSearch:
                 self._bar.set_postfix_str(f"best {_ms(self._best[0])}", refresh=False)
         if self._bar is not None and not isinstance(outcome, Rejected):
             self._bar.update(1)
-        if not moves:  # generation 0, or the incumbent measured again
+        if not moves and self._final:  # a final
+            if isinstance(outcome, Measured):
+                self._final_times.setdefault(genome_key(genome), (genome, []))[1].append(
+                    outcome.seconds)
+            return
+        if not moves:  # generation 0
             if isinstance(outcome, Measured) and (
-                    self.incumbent is None or genome_key(genome) == genome_key(self.incumbent)
-                    or outcome.seconds < self._incumbent_seconds):
+                    self.incumbent is None or outcome.seconds < self._incumbent_seconds):
                 self.incumbent = dict(genome)
                 self._incumbent_seconds = outcome.seconds
-                self._incumbent_measured = True
                 self._kernels = {(k.root, k.key): k for k in outcome.kernels}
+                self._first = (outcome.seconds, dict(genome))
             return
         if not isinstance(outcome, Measured) and len(moves) > 1:  # which move failed it?
             half = len(moves) // 2
@@ -194,7 +211,13 @@ class KernelSearch:
         self._judge(genome, moves, outcome)
 
     def best(self) -> tuple[Genome, float] | None:
-        """The fastest Measured genome and its seconds (the first of equals), or None."""
+        """The fastest Measured genome and its seconds, or None: of the finals (the
+        incumbent and generation 0's best timed in turns) by their medians where they
+        ran, else the fastest measured candidate (the first of equals)."""
+        if self._final_times:
+            genome, times = min(self._final_times.values(),
+                                key=lambda e: statistics.median(e[1]))
+            return dict(genome), statistics.median(times)
         return (dict(self._best[2]), self._best[0]) if self._best else None
 
     def bound(self) -> float:
@@ -239,7 +262,7 @@ class KernelSearch:
 
     def _budget_spent(self) -> str | None:
         o = self.options
-        if self.counted + 1 >= o.limit:  # (one is kept for the incumbent's measurement)
+        if self.counted + 2 * FINAL_ROUNDS >= o.limit:  # (kept for the finals)
             return f"limit of {o.limit} candidates reached"
         if o.search_time_limit is not None and \
                 self.clock() - self._start >= o.search_time_limit:
@@ -332,7 +355,9 @@ class KernelSearch:
 
     def _apply(self, moves: list[Move]) -> Genome:
         """The incumbent with `moves`: classes a move newly reaches take their first
-        alternative (shallow) or a random one (deep), then cycles are repaired."""
+        alternative (shallow) or their second where they have one (deep: in a backend's
+        order, the baseline's first, then what fuses or calls a library), then cycles
+        are repaired."""
         assert self.incumbent is not None
         g = dict(self.incumbent)
         nodes, grounded = self.space.classes, self.genomes.grounded
@@ -344,7 +369,7 @@ class KernelSearch:
                 c = stack.pop()
                 if c in g:
                     continue
-                g[c] = self.rng.choice(grounded[c]) if m.deep else grounded[c][0]
+                g[c] = grounded[c][min(1, len(grounded[c]) - 1)] if m.deep else grounded[c][0]
                 stack.extend(nodes[c][g[c]].children)
         return self.genomes.repair(g, self.rng)
 
@@ -358,6 +383,11 @@ class KernelSearch:
         same = [kid for kid in new if kid in old]
         before = sum(old[k].seconds for k in same)
         drift = sum(new[k].seconds for k in same) / before if before > 0 else 1.0
+        # how far an unchanged kernel's time moved between the two runs (the machine's
+        # noise): a group must gain more than that, relative to its old time
+        moved = sorted(abs(new[k].seconds / (old[k].seconds * drift) - 1) for k in same
+                       if old[k].seconds > MIN_GAIN)
+        margin = max(MARGIN, moved[int(0.9 * (len(moved) - 1))] if moved else 0.0)
         # the classes each move changed: its own, those below its old choice that the
         # candidate no longer reaches (and the buffers they read), and those below its new
         # choice that the incumbent did not reach
@@ -407,7 +437,7 @@ class KernelSearch:
         keep: set[int] = set()
         for r, members in groups.items():
             gain = cost_old[r] - cost_new[r]
-            ok = gain > max(MARGIN * cost_old[r], MIN_GAIN)
+            ok = gain > max(margin * cost_old[r], MIN_GAIN)
             for i in members:
                 self._verdicts[moves[i].signature] = ok
             if ok:
@@ -419,7 +449,6 @@ class KernelSearch:
                     if c in genome:
                         g[c] = genome[c]
             self.incumbent = self.genomes.repair(g, self.rng)
-            self._incumbent_measured = False
             kept = {kid for kid, i in owner.items() if find(i) in {find(j) for j in keep}}
             self._kernels = {kid: (new[kid] if kid in new else old[kid])
                              for kid in (set(same) | (set(gone) - kept) | (set(made) & kept))}
@@ -431,7 +460,7 @@ class KernelSearch:
         log("search", f"candidate {self.generation}: {len(moves)} moves in {len(groups)} "
                       f"groups, {len(keep)} kept; {len(gone)} kernels replaced by {len(made)}"
                       f"{f' ({orphans} changed by no move)' if orphans else ''}; drift "
-                      f"{drift:.3f}; incumbent ~{_ms(total)} of kernels")
+                      f"{drift:.3f}, margin {margin:.1%}; incumbent ~{_ms(total)} of kernels")
 
     def _stop(self, reason: str) -> None:
         self.stop_reason = reason

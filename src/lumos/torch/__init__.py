@@ -18,17 +18,21 @@ call. Options (`torch.compile(m, backend="lumos", options={...})`):
   A size outside every bucket compiles a program for a new bucket holding it (the
   power-of-two range around it, between the others), logged once, and stays in lumos;
 - any `lumos.search.options.CompileOptions` field but `dim_buckets`; `limit` defaults to
-  `LIMIT` (2): the CPU runtime's seed programs (fused, fused with BLAS), timed, the
-  fastest kept (a third candidate is the unfused program); `matmul_precision` defaults
+  `LIMIT`, CompileOptions' own default (a search of up to 100 candidates and 60 s per
+  graph and bucket, its result saved as an artifact; 2: the CPU runtime's two seed
+  programs only, 0: the unfused program); `matmul_precision` defaults
   to PyTorch's `torch.get_float32_matmul_precision()` at compile time ("highest", or
   "high" for "high" and "medium": lumos never rounds a factor to one bfloat16).
 
-Fallback: ops lumos cannot translate run in PyTorch (each logged once) and the
-regions between them in lumos; a graph that needs gradients runs eagerly with a
-one-line notice; a failed search compiles the unfused program instead; a failed compile
-for a new bucket runs that bucket's sizes in PyTorch, and any other error at compile or
-run time sends the graph to PyTorch, each with a warning: no internal error reaches the
-caller. With `strict=True` each of these raises instead (bad options always raise).
+Fallback: ops lumos cannot translate run in PyTorch (each logged once) and the regions
+between them in lumos; so do ops whose output shape depends on the input's values
+(`translate.DATA_DEPENDENT`: nonzero, masked_select, unique, ...; Dynamo breaks the
+graph at them unless `capture_dynamic_output_shape_ops` is set); a graph that needs
+gradients runs eagerly with a one-line notice; a failed search compiles the unfused
+program instead; a failed compile for a new bucket runs that bucket's sizes in PyTorch,
+and any other error at compile or run time sends the graph to PyTorch, each with a
+warning: no internal error reaches the caller. With `strict=True` each of these raises
+instead (bad options always raise).
 """
 
 from __future__ import annotations
@@ -56,7 +60,7 @@ __all__ = ["Options", "backend"]
 
 _SEARCH_FIELDS = {f.name for f in dataclasses.fields(CompileOptions)} - {"dim_buckets"}
 _RUNTIMES = ("cpu", "reference")
-LIMIT = 2  # candidates timed per graph: the CPU runtime's two seed programs
+LIMIT = CompileOptions.limit  # candidates timed per graph: a search, as g.compile's
 
 
 @dataclass(frozen=True)

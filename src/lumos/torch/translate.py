@@ -20,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import sympy
 import torch
 from torch import fx
@@ -27,8 +28,14 @@ from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 
 from lumos.dtype import DType, bf16, bool_, f16, f32, f64, i8, i16, i32, i64, u8
 from lumos.errors import LumosError, ShapeError
+from lumos.frontend import bits as B
+from lumos.frontend import elementwise as E
+from lumos.frontend import grid as G
 from lumos.frontend import index as I
 from lumos.frontend import nn as F
+from lumos.frontend import pool as P
+from lumos.frontend import scan as S
+from lumos.frontend import sort as O
 from lumos.frontend import tensor as T
 from lumos.frontend.tensor import Tensor
 from lumos.graph import Graph
@@ -196,10 +203,27 @@ for _name in ("abs", "neg", "exp", "exp2", "log", "log2", "sqrt", "rsqrt", "reci
 _op("sgn")(_method("sign"))
 
 
-@_op("tan")
-def _tan(c: Ctx, x: Tensor) -> Tensor:
-    xf = x.to(f32) if x.dtype.bits < 32 or not x.dtype.is_float else x
-    return (xf.sin() / xf.cos()).to(c.dtype)
+for _name in ("tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh",
+              "log10", "erfc", "signbit"):
+    _op(_name)(_method(_name))
+
+
+@_op("frexp.Tensor")
+def _frexp(c: Ctx, x: Tensor) -> tuple[Tensor, Tensor]:
+    return E.frexp(x)
+
+
+@_op("round.decimals")
+def _round_decimals(c: Ctx, x: Tensor, *, decimals: int = 0) -> Tensor:
+    """As PyTorch rounds: x * 10**d rounded, / 10**d (for d < 0: x / 10**-d, * 10**-d)."""
+    if decimals >= 0:
+        return T.div(T.round(T.mul(x, 10.0 ** decimals)), 10.0 ** decimals)
+    return T.mul(T.round(T.div(x, 10.0 ** -decimals)), 10.0 ** -decimals)
+
+
+@_op("hardtanh")
+def _hardtanh(c: Ctx, x: Tensor, min_val: Any = -1.0, max_val: Any = 1.0) -> Tensor:
+    return T.clamp(x, min_val, max_val)
 
 
 @_op("leaky_relu")
@@ -225,7 +249,10 @@ for _names, _fn in (
         (("lt.Tensor", "lt.Scalar"), T.lt), (("le.Tensor", "le.Scalar"), T.le),
         (("gt.Tensor", "gt.Scalar"), T.gt), (("ge.Tensor", "ge.Scalar"), T.ge),
         (("logical_and",), T.logical_and), (("logical_or",), T.logical_or),
-        (("logical_xor",), T.logical_xor)):
+        (("logical_xor",), T.logical_xor), (("atan2",), E.atan2), (("fmax",), E.fmax),
+        (("fmin",), E.fmin), (("copysign.Tensor", "copysign.Scalar"), E.copysign),
+        (("hypot",), E.hypot), (("ldexp.Tensor",), E.ldexp), (("gcd",), E.gcd),
+        (("lcm",), E.lcm), (("nextafter",), E.nextafter)):
     _op(*_names)(_binary(_fn))
 
 
@@ -234,19 +261,16 @@ def _rsub(c: Ctx, a: Any, b: Any, alpha: Any = 1) -> Tensor:
     return T.sub(_v(c, b), _v(c, a), alpha)
 
 
-def _bitwise(fn: Callable[..., Tensor], name: str) -> Callable[..., Any]:
-    def run(c: Ctx, *xs: Any) -> Tensor:
-        if any(isinstance(x, Tensor) and not x.dtype.is_bool for x in xs):
-            raise LumosError(f"{name} is only translated for bool tensors")
-        return fn(*(_v(c, x) for x in xs))
-
-    return run
-
-
-_op("bitwise_and.Tensor", "bitwise_and.Scalar")(_bitwise(T.logical_and, "bitwise_and"))
-_op("bitwise_or.Tensor", "bitwise_or.Scalar")(_bitwise(T.logical_or, "bitwise_or"))
-_op("bitwise_xor.Tensor", "bitwise_xor.Scalar")(_bitwise(T.logical_xor, "bitwise_xor"))
-_op("bitwise_not")(_bitwise(T.logical_not, "bitwise_not"))
+for _names, _fn in (
+        (("bitwise_and.Tensor", "bitwise_and.Scalar"), B.bitwise_and),
+        (("bitwise_or.Tensor", "bitwise_or.Scalar"), B.bitwise_or),
+        (("bitwise_xor.Tensor", "bitwise_xor.Scalar"), B.bitwise_xor),
+        (("bitwise_left_shift.Tensor", "bitwise_left_shift.Tensor_Scalar",
+          "__lshift__.Tensor", "__lshift__.Scalar"), B.bitwise_left_shift),
+        (("bitwise_right_shift.Tensor", "bitwise_right_shift.Tensor_Scalar",
+          "__rshift__.Tensor", "__rshift__.Scalar"), B.bitwise_right_shift)):
+    _op(*_names)(_binary(_fn))
+_op("bitwise_not")(_method("bitwise_not"))
 
 
 @_op("where.self")
@@ -285,6 +309,69 @@ def _reduction(c: Ctx, x: Tensor, *args: Any, **kwargs: Any) -> Any:
     return tuple(out) if c.op in ("max", "min") and args else out
 
 
+@_op("cummax", "cummin")
+def _cum_extreme(c: Ctx, x: Tensor, dim: int) -> tuple[Tensor, Tensor]:
+    return getattr(S, c.op)(x, dim)
+
+
+@_op("cumprod")
+def _cumprod(c: Ctx, x: Tensor, dim: int, *, dtype: Any = None) -> Tensor:
+    return S.cumprod(x, dim, dtype=None if dtype is None else DTYPES[dtype])
+
+
+@_op("logcumsumexp")
+def _logcumsumexp(c: Ctx, x: Tensor, dim: int) -> Tensor:
+    return S.logcumsumexp(x, dim)
+
+
+@_op("sort", "sort.stable")
+def _sort(c: Ctx, x: Tensor, dim: int = -1, descending: bool = False, *,
+          stable: bool | None = None) -> tuple[Tensor, Tensor]:
+    return O.sort(x, dim, descending)  # always stable
+
+
+@_op("topk")
+def _topk(c: Ctx, x: Tensor, k: int, dim: int = -1, largest: bool = True,
+          sorted: bool = True) -> tuple[Tensor, Tensor]:
+    return O.topk(x, int(k), dim, largest, sorted)
+
+
+@_op("kthvalue")
+def _kthvalue(c: Ctx, x: Tensor, k: int, dim: int = -1, keepdim: bool = False) -> tuple:
+    return O.kthvalue(x, int(k), dim, keepdim)
+
+
+@_op("median.default", "nanmedian.default")
+def _median_all(c: Ctx, x: Tensor) -> Tensor:
+    return O.median(x, ignore_nan=c.op == "nanmedian")
+
+
+@_op("median.dim", "nanmedian.dim")
+def _median(c: Ctx, x: Tensor, dim: int = -1, keepdim: bool = False) -> tuple:
+    return O.median(x, dim, keepdim, ignore_nan=c.op == "nanmedian")
+
+
+@_op("mode")
+def _mode(c: Ctx, x: Tensor, dim: int = -1, keepdim: bool = False) -> tuple:
+    return O.mode(x, dim, keepdim)
+
+
+@_op("searchsorted.Tensor")
+def _searchsorted(c: Ctx, seq: Tensor, values: Tensor, *, out_int32: bool = False,
+                  right: bool = False, side: str | None = None,
+                  sorter: Tensor | None = None) -> Tensor:
+    return O.searchsorted(seq, values, right=right or side == "right", out_int32=out_int32,
+                          sorter=sorter)
+
+
+@_op("bucketize.Tensor", "bucketize.Scalar")
+def _bucketize(c: Ctx, values: Any, boundaries: Tensor, *, out_int32: bool = False,
+               right: bool = False) -> Tensor:
+    if not isinstance(values, Tensor):
+        values = I.full(c.g, (), values, boundaries.dtype)
+    return O.searchsorted(boundaries, values, right=right, out_int32=out_int32)
+
+
 @_op("var.correction", "std.correction")
 def _var(c: Ctx, x: Tensor, dim: Any = None, *, correction: Any = None,
          keepdim: bool = False) -> Tensor:
@@ -300,14 +387,79 @@ def _var_mean(c: Ctx, x: Tensor, dim: Any = None, *, correction: Any = None,
 @_op("linalg_vector_norm")
 def _vector_norm(c: Ctx, x: Tensor, ord: float = 2, dim: Any = None, keepdim: bool = False, *,
                  dtype: Any = None) -> Tensor:
-    a = (x if dtype is None else x.to(DTYPES[dtype])).abs()
+    return _norm((x if dtype is None else x.to(DTYPES[dtype])).abs(), ord, dim, keepdim)
+
+
+def _norm(a: Tensor, ord: float, dim: Any, keepdim: bool = False) -> Tensor:
+    """The ord-norm of the magnitudes a over dim."""
     if ord in (float("inf"), float("-inf")):
         return (a.amax if ord > 0 else a.amin)(dim or (), keepdim)
     if ord == 0:
         return (a != 0).sum(dim, keepdim).to(a.dtype)
     if ord == 1:
         return a.sum(dim, keepdim)
+    if ord == 2:
+        return (a * a).sum(dim, keepdim).sqrt()
     return (a ** ord).sum(dim, keepdim) ** (1 / ord)
+
+
+@_op("dist")
+def _dist(c: Ctx, a: Tensor, b: Tensor, p: float = 2) -> Tensor:
+    return _norm(T.sub(a, b).abs(), float(p), None)
+
+
+@_op("_cdist_forward")
+def _cdist(c: Ctx, x1: Tensor, x2: Tensor, p: float, compute_mode: Any = None) -> Tensor:
+    """Distances between the rows of x1 (..., P, M) and of x2 (..., R, M): (..., P, R)."""
+    d = T.sub(x1.unsqueeze(-2), x2.unsqueeze(-3)).abs()
+    return _norm(d, float(p), -1)
+
+
+@_op("_pdist_forward")
+def _pdist(c: Ctx, x: Tensor, p: float = 2) -> Tensor:
+    """Distances between the rows i < j of x (N, M), in row-major order of (i, j)."""
+    n = int(x.view.shape[0])
+    rows, cols = np.triu_indices(n, 1)
+    if not len(rows):
+        return I.full(c.g, (0,), 0.0, x.dtype)
+    return _norm(T.sub(x[rows], x[cols]).abs(), float(p), -1)
+
+
+@_op("addmv")
+def _addmv(c: Ctx, bias: Tensor, a: Tensor, v: Tensor, *, beta: Any = 1,
+           alpha: Any = 1) -> Tensor:
+    return _scaled_sum(bias, beta, a @ v, alpha)
+
+
+@_op("addbmm")
+def _addbmm(c: Ctx, bias: Tensor, a: Tensor, b: Tensor, *, beta: Any = 1,
+            alpha: Any = 1) -> Tensor:
+    return _scaled_sum(bias, beta, (a @ b).sum(0), alpha)
+
+
+def _scaled_sum(bias: Tensor, beta: Any, prod: Tensor, alpha: Any) -> Tensor:
+    """beta * bias + alpha * prod; a beta of 0 ignores bias (NaN and inf too). Integer
+    products take the scalars as integers, as PyTorch does."""
+    if not prod.dtype.is_float:
+        alpha, beta = int(alpha), int(beta)
+    scaled = T.mul(prod, alpha) if alpha != 1 else prod
+    if beta == 0:
+        return scaled.expand(*T.broadcast_shapes(bias.view.shape, scaled.view.shape))
+    return T.add(T.mul(bias, beta) if beta != 1 else bias, scaled)
+
+
+@_op("_trilinear")
+def _trilinear(c: Ctx, i1: Tensor, i2: Tensor, i3: Tensor, expand1: list, expand2: list,
+               expand3: list, sumdim: list, unroll_dim: int = 1) -> Tensor:
+    """The product of the three inputs, each with new axes at its expand dims, summed over
+    sumdim (bilinear's contraction)."""
+    ts = []
+    for t, ex in ((i1, expand1), (i2, expand2), (i3, expand3)):
+        for d in sorted(ex):
+            t = t.unsqueeze(d)
+        ts.append(t)
+    prod = T.mul(T.mul(ts[0], ts[1]), ts[2])
+    return prod.sum(list(sumdim)) if sumdim else prod
 
 
 @_op("_softmax", "_log_softmax")
@@ -325,16 +477,19 @@ def _mm(c: Ctx, a: Tensor, b: Tensor) -> Tensor:
 @_op("addmm")
 def _addmm(c: Ctx, bias: Tensor, a: Tensor, b: Tensor, *, beta: Any = 1,
            alpha: Any = 1) -> Tensor:
-    return T.add(T.mul(bias, beta), T.mul(a @ b, alpha))
+    return _scaled_sum(bias, beta, a @ b, alpha)
 
 
 @_op("convolution")
 def _convolution(c: Ctx, x: Tensor, w: Tensor, b: Tensor | None, stride: list,
                  padding: list, dilation: list, transposed: bool, output_padding: list,
                  groups: int) -> Tensor:
-    if transposed or x.ndim not in (3, 4):
-        raise LumosError("only 1-d and 2-d convolutions that are not transposed translate")
-    conv = F.conv1d if x.ndim == 3 else conv2d  # 2-d: lumos.nn's fast formulations
+    if x.ndim not in (3, 4, 5):
+        raise LumosError(f"{x.ndim - 2}-d convolutions are not translated")
+    if transposed:
+        return F.conv_transpose(x, w, b, _ints(stride), _ints(padding), _ints(output_padding),
+                                int(groups), _ints(dilation), x.ndim - 2)
+    conv = {3: F.conv1d, 4: conv2d, 5: F.conv3d}[x.ndim]  # 2-d: lumos.nn's fast formulations
     return conv(x, w, b, _ints(stride), _ints(padding), _ints(dilation), int(groups))
 
 
@@ -346,7 +501,8 @@ def _ints(xs: Any) -> Any:
 def _batch_norm(c: Ctx, x: Tensor, w: Tensor | None, b: Tensor | None, mean: Tensor,
                 var: Tensor, momentum: float, eps: float) -> tuple:
     out = F.batch_norm(x, mean, var, w, b, False, momentum, eps)
-    return out, Unavailable("saved mean"), Unavailable("saved inverse std")
+    empty = I.full(c.g, (0,), 0.0, x.dtype)  # PyTorch saves no statistics in inference
+    return out, empty, empty
 
 
 @_op("_native_batch_norm_legit.no_stats")
@@ -357,37 +513,86 @@ def _instance_stats_norm(c: Ctx, x: Tensor, w: Tensor | None, b: Tensor | None,
     n, ch, *rest = x.view.shape
     y = F.group_norm(x.transpose(0, 1).reshape(1, ch, -1), int(ch), w, b, eps)
     out = y.reshape(ch, n, *rest).transpose(0, 1)
-    return out, Unavailable("batch mean"), Unavailable("batch inverse std")
+    mean, rstd = _stats(x, [0, *range(2, x.ndim)], eps)
+    return out, mean.reshape(-1), rstd.reshape(-1)
 
 
 @_op("native_group_norm")
 def _group_norm(c: Ctx, x: Tensor, w: Tensor | None, b: Tensor | None, n: Any, ch: Any,
                 hw: Any, group: int, eps: float) -> tuple:
     out = F.group_norm(x, group, w, b, eps)
-    return out, Unavailable("group norm mean"), Unavailable("group norm rstd")
+    mean, rstd = _stats(x.reshape(x.view.shape[0], group, -1), [2], eps)
+    return out, mean.reshape(x.view.shape[0], group), rstd.reshape(x.view.shape[0], group)
+
+
+def _stats(x: Tensor, axes: list[int], eps: float) -> tuple[Tensor, Tensor]:
+    """(mean, 1 / sqrt(biased variance + eps)) over `axes`, kept, in float32 or wider."""
+    xf = x.to(f32) if x.dtype.bits < 32 else x
+    mean = xf.mean(axes, keepdim=True)
+    var = xf.var(axes, keepdim=True, correction=0)
+    return mean, T.rsqrt(T.add(var, eps))
+
+
+@_op("_native_batch_norm_legit_functional")
+def _batch_norm_train(c: Ctx, x: Tensor, w: Tensor | None, b: Tensor | None, rmean: Tensor,
+                      rvar: Tensor, training: bool, momentum: float, eps: float) -> tuple:
+    """Batch norm in training mode: normalized by the batch's statistics, which also move
+    the running ones (var unbiased there, as PyTorch keeps it)."""
+    if not training:
+        out = F.batch_norm(x, rmean, rvar, w, b, False, momentum, eps)
+        empty = I.full(c.g, (0,), 0.0, x.dtype)
+        return out, empty, empty, rmean, rvar
+    axes = [0, *range(2, x.ndim)]
+    mean, rstd = _stats(x, axes, eps)
+    y = T.mul(T.sub(x.to(mean.dtype), mean), rstd)
+    shape = [1, -1] + [1] * (x.ndim - 2)
+    if w is not None:
+        y = T.mul(y, w.reshape(*shape))
+    if b is not None:
+        y = T.add(y, b.reshape(*shape))
+    count = 1
+    for a in axes:
+        count *= int(x.view.shape[a])
+    m, r = mean.reshape(-1), rstd.reshape(-1)
+    var = x.to(mean.dtype).var(axes, correction=1 if count > 1 else 0)
+    new_mean = T.add(T.mul(rmean, 1 - momentum), T.mul(m, momentum))
+    new_var = T.add(T.mul(rvar, 1 - momentum), T.mul(var, momentum))
+    return y.to(x.dtype), m, r, new_mean.to(rmean.dtype), new_var.to(rvar.dtype)
 
 
 @_op("native_layer_norm")
 def _layer_norm(c: Ctx, x: Tensor, shape: list, w: Tensor | None, b: Tensor | None,
                 eps: float) -> tuple:
     out = F.layer_norm(x, _ints(shape), w, b, eps)
-    return out, Unavailable("layer norm mean"), Unavailable("layer norm rstd")
+    mean, rstd = _stats(x, list(range(x.ndim - len(shape), x.ndim)), eps)
+    return out, mean, rstd
 
 
 @_op("max_pool2d_with_indices")
 def _max_pool2d(c: Ctx, x: Tensor, kernel: list, stride: list = (), padding: Any = 0,
                 dilation: Any = 1, ceil_mode: bool = False) -> tuple:
-    out = F.max_pool2d(x, _ints(kernel), _ints(stride) if stride else None, _ints(padding),
-                       _ints(dilation), ceil_mode)
-    return out, Unavailable("max pool indices")
+    args = (_ints(kernel), _ints(stride) if stride else None, _ints(padding), _ints(dilation),
+            ceil_mode)
+    out = F.max_pool2d(x, *args)  # the formulation lumos' rules know
+    return out, P.max_pool(x, 2, *args)[1]
 
 
-@_op("avg_pool2d")
-def _avg_pool2d(c: Ctx, x: Tensor, kernel: list, stride: list = (), padding: Any = 0,
-                ceil_mode: bool = False, count_include_pad: bool = True,
-                divisor_override: int | None = None) -> Tensor:
-    return F.avg_pool2d(x, _ints(kernel), _ints(stride) if stride else None, _ints(padding),
-                        ceil_mode, count_include_pad, divisor_override)
+@_op("max_pool3d_with_indices")
+def _max_pool3d(c: Ctx, x: Tensor, kernel: list, stride: list = (), padding: Any = 0,
+                dilation: Any = 1, ceil_mode: bool = False) -> tuple:
+    return P.max_pool(x, 3, _ints(kernel), _ints(stride) if stride else None, _ints(padding),
+                      _ints(dilation), ceil_mode)
+
+
+@_op("avg_pool2d", "avg_pool3d")
+def _avg_pool(c: Ctx, x: Tensor, kernel: list, stride: list = (), padding: Any = 0,
+              ceil_mode: bool = False, count_include_pad: bool = True,
+              divisor_override: int | None = None) -> Tensor:
+    args = (_ints(kernel), _ints(stride) if stride else None, _ints(padding), ceil_mode,
+            count_include_pad, divisor_override)
+    if c.op == "avg_pool2d" and x.dtype.is_float:
+        return F.avg_pool2d(x, *args)
+    return P.avg_pool(x, 2 if c.op == "avg_pool2d" else 3, *args)
 
 
 @_op("_adaptive_avg_pool2d")
@@ -395,9 +600,107 @@ def _adaptive_avg_pool2d(c: Ctx, x: Tensor, size: list) -> Tensor:
     return F.adaptive_avg_pool2d(x, _ints(size))
 
 
+@_op("_adaptive_avg_pool3d")
+def _adaptive_avg_pool3d(c: Ctx, x: Tensor, size: list) -> Tensor:
+    return P.adaptive_avg_pool(x, 3, _ints(size))
+
+
+@_op("adaptive_max_pool2d", "adaptive_max_pool3d")
+def _adaptive_max_pool(c: Ctx, x: Tensor, size: list) -> tuple:
+    return P.adaptive_max_pool(x, int(c.op[-2]), _ints(size))
+
+
 @_op("embedding")
 def _embedding(c: Ctx, weight: Tensor, indices: Tensor, *_: Any) -> Tensor:
     return F.embedding(indices, weight)
+
+
+@_op("_embedding_bag_forward_only", "_embedding_bag")
+def _embedding_bag(c: Ctx, weight: Tensor, indices: Tensor, offsets: Tensor,
+                   scale_grad_by_freq: bool = False, mode: int = 0, sparse: bool = False,
+                   per_sample_weights: Tensor | None = None, include_last_offset: bool = False,
+                   padding_idx: int = -1) -> tuple:
+    """Bags of weight's rows: bag b holds indices[offsets[b]:offsets[b + 1]] (the last up
+    to the end, unless include_last_offset), reduced by sum (0), mean (1) or max (2);
+    padding_idx entries are left out, an empty bag is 0."""
+    n = int(indices.view.shape[0])
+    rows = F.embedding(indices, weight)  # (L, D)
+    ends = offsets[1:] if include_last_offset else T.cat([offsets[1:], I.full(
+        c.g, (1,), n, offsets.dtype)])
+    starts = offsets[:-1] if include_last_offset else offsets
+    pos = T.iota(c.g, z(1), (int(starts.view.shape[0]), n), offsets.dtype)
+    member = T.logical_and(T.le(starts.unsqueeze(1), pos), T.lt(pos, ends.unsqueeze(1)))
+    if padding_idx >= 0:
+        member = T.logical_and(member, T.ne(indices, padding_idx).unsqueeze(0))
+    if per_sample_weights is not None:
+        rows = T.mul(rows, per_sample_weights.unsqueeze(1))
+    m3 = member.unsqueeze(2)
+    if mode == 2:
+        low = T.where(m3, rows.unsqueeze(0), float("-inf")).amax(1)
+        out = T.where(member.any(1, keepdim=True), low, 0.0)
+    else:
+        out = T.where(m3, rows.unsqueeze(0), 0.0).sum(1)
+        if mode == 1:
+            out = T.div(out, T.maximum(member.sum(1, keepdim=True), 1).to(out.dtype))
+    return (out.to(weight.dtype), Unavailable("embedding bag offsets"),
+            Unavailable("embedding bag sizes"), Unavailable("embedding bag max indices"))
+
+
+@_op("segment_reduce")
+def _segment_reduce(c: Ctx, data: Tensor, reduce: str, *, lengths: Tensor | None = None,
+                    indices: Tensor | None = None, offsets: Tensor | None = None,
+                    axis: int = 0, unsafe: bool = False, initial: Any = None) -> Tensor:
+    """Segments along axis (1-D lengths or offsets), each reduced from `initial` if given;
+    an empty segment is `initial` (else 0 for sums, NaN for means, the identity for
+    extrema and products)."""
+    if lengths is not None and lengths.ndim == 1:
+        ends = lengths.cumsum(0)
+        starts = T.sub(ends, lengths)
+    elif offsets is not None and offsets.ndim == 1:
+        starts, ends = offsets[:-1], offsets[1:]
+    else:
+        raise LumosError("segment_reduce is translated for 1-d lengths or offsets only")
+    a = data._axis(axis)
+    n, k = data.view.shape[a], starts.view.shape[0]
+    x = data.transpose(a, -1) if a != data.ndim - 1 else data
+    pos = T.iota(c.g, z(1), (k, n), starts.dtype)
+    member = T.logical_and(T.le(starts.unsqueeze(1), pos), T.lt(pos, ends.unsqueeze(1)))
+    xs = x.unsqueeze(-2)  # (..., 1, n) against member (k, n)
+    fill = {"sum": 0.0, "mean": 0.0, "prod": 1.0, "max": float("-inf"), "min": float("inf")}
+    masked = T.where(member, xs, fill[reduce])
+    red = {"sum": masked.sum, "mean": masked.sum, "prod": masked.prod, "max": masked.amax,
+           "min": masked.amin}[reduce](-1)
+    if initial is not None and reduce != "mean":
+        red = {"sum": T.add, "prod": T.mul, "max": T.maximum, "min": T.minimum}[reduce](
+            red, initial)
+    if reduce == "mean":
+        count = member.sum(-1).to(red.dtype)
+        red = T.where(T.lt(0, count), T.div(red, count),
+                      float("nan") if initial is None else initial)
+    out = red.transpose(a, -1) if a != data.ndim - 1 else red
+    return out.to(data.dtype)
+
+
+@_op("tril_indices", "triu_indices")
+def _triangle_indices(c: Ctx, row: int, col: int, offset: int = 0, **_: Any) -> Tensor:
+    """The (2, N) coordinates of a triangle, in row-major order: a constant."""
+    fn = np.tril_indices if c.op == "tril_indices" else np.triu_indices
+    arr = np.stack(fn(int(row), int(offset), int(col))).astype(np.int64).reshape(2, -1)
+    return I._const_index(c.g, arr, c.dtype)
+
+
+@_op("_upsample_bilinear2d_aa")
+def _upsample_aa(c: Ctx, x: Tensor, size: list, align_corners: bool,
+                 scales_h: float | None = None, scales_w: float | None = None) -> Tensor:
+    return G.upsample_bilinear_aa(x, _ints(size), align_corners, [scales_h, scales_w])
+
+
+@_op("grid_sampler_2d", "grid_sampler_3d")
+def _grid_sampler(c: Ctx, x: Tensor, grid: Tensor, mode: int, padding: int,
+                  align_corners: bool) -> Tensor:
+    if mode >= len(G.MODES):
+        raise LumosError("grid_sample: bicubic interpolation is not translated")
+    return G.grid_sample(x, grid, G.MODES[mode], G.PADDINGS[padding], align_corners)
 
 
 # -- indexing ----------------------------------------------------------------------------
@@ -431,6 +734,92 @@ def _gather(c: Ctx, x: Tensor, dim: int, index: Tensor, sparse_grad: bool = Fals
 @_op("scatter.src", "scatter.value")
 def _scatter(c: Ctx, x: Tensor, dim: int, index: Tensor, src: Any) -> Tensor:
     return x.scatter(dim, index, _v(c, src))
+
+
+@_op("scatter_add")
+def _scatter_add(c: Ctx, x: Tensor, dim: int, index: Tensor, src: Tensor) -> Tensor:
+    return I.scatter_reduce(x, dim, index, src, "sum")
+
+
+@_op("scatter_reduce.two")
+def _scatter_reduce(c: Ctx, x: Tensor, dim: int, index: Tensor, src: Tensor, reduce: str, *,
+                    include_self: bool = True) -> Tensor:
+    return I.scatter_reduce(x, dim, index, src, reduce, include_self=include_self)
+
+
+@_op("scatter.reduce", "scatter.value_reduce")
+def _scatter_legacy(c: Ctx, x: Tensor, dim: int, index: Tensor, src: Any, *,
+                    reduce: str) -> Tensor:
+    if not isinstance(src, Tensor):
+        src = I.full(c.g, index.view.shape, src, x.dtype)
+    return I.scatter_reduce(x, dim, index, src, {"add": "sum", "multiply": "prod"}[reduce])
+
+
+@_op("index_reduce")
+def _index_reduce(c: Ctx, x: Tensor, dim: int, index: Tensor, source: Tensor, reduce: str, *,
+                  include_self: bool = True) -> Tensor:
+    return I.index_reduce(x, dim, index, source, reduce, include_self=include_self)
+
+
+@_op("masked_scatter")
+def _masked_scatter(c: Ctx, x: Tensor, mask: Tensor, source: Tensor) -> Tensor:
+    return I.masked_scatter(x, mask, source)
+
+
+@_op("put")
+def _put(c: Ctx, x: Tensor, index: Tensor, source: Tensor, accumulate: bool = False) -> Tensor:
+    flat = x.reshape(-1)
+    return flat.index_put([index.reshape(-1)], source.reshape(-1), accumulate) \
+        .reshape(*x.view.shape)
+
+
+@_op("diagonal_scatter")
+def _diagonal_scatter(c: Ctx, x: Tensor, src: Tensor, offset: int = 0, dim1: int = 0,
+                      dim2: int = 1) -> Tensor:
+    """src written on x's diagonal: at the flat positions the diagonal view reads."""
+    v = _diagonal_view(View.contiguous(x.view.shape), src.view.shape, offset,
+                       x._axis(dim1), x._axis(dim2))
+    pos = T.iota(c.g, v.index, src.view.shape, i64)
+    return T.node(c.g, "Scatter", [x, pos, src])
+
+
+@_op("as_strided", "as_strided_copy")
+def _as_strided(c: Ctx, x: Tensor, size: list, stride: list,
+                storage_offset: Any = None) -> Tensor:
+    flat, index = _strided(c, x, size, stride, storage_offset)
+    return flat._with_view(flat.view.remap([sym(s) for s in size], {"z0": index}))
+
+
+@_op("as_strided_scatter")
+def _as_strided_scatter(c: Ctx, x: Tensor, src: Tensor, size: list, stride: list,
+                        storage_offset: Any = None) -> Tensor:
+    flat, index = _strided(c, x, size, stride, storage_offset)
+    pos = T.iota(c.g, index, [sym(s) for s in size], i64)
+    return T.node(c.g, "Scatter", [flat, pos, src]).reshape(*x.view.shape)
+
+
+def _strided(c: Ctx, x: Tensor, size: list, stride: list, offset: Any) -> tuple[Tensor, Expr]:
+    """x as a flat tensor and the flat position an as_strided view reads at z0, z1, ...
+    (x must be a contiguous tensor that starts its storage, as graph values are)."""
+    val = c.node.args[0].meta.get("val")
+    if not isinstance(val, torch.Tensor) or not val.is_contiguous() or val.storage_offset():
+        raise LumosError("as_strided of a view of another tensor's storage")
+    index = sym(offset or 0)
+    for i, st in enumerate(stride):
+        index = index + z(i) * sym(st)
+    return x.reshape(-1), index
+
+
+@_op("unfold")
+def _unfold(c: Ctx, x: Tensor, dim: int, size: int, step: int) -> Tensor:
+    """Windows of `size` every `step` along dim, as a new last axis: a view."""
+    if x.ndim == 0:
+        return x.reshape(1)
+    d = x._axis(dim)
+    shape = list(c.shape)
+    m = {f"z{i}": z(i) for i in range(x.ndim)}
+    m[f"z{d}"] = z(d) * step + z(x.ndim)
+    return x._with_view(x.view.remap(shape, m))
 
 
 @_op("select.int")
@@ -485,19 +874,28 @@ def _split(c: Ctx, x: Tensor, sizes: Any, dim: int = 0) -> tuple:
     return tuple(T.split(x, sizes, dim))
 
 
-@_op("diagonal")
+@_op("diagonal", "diagonal_copy")
 def _diagonal(c: Ctx, x: Tensor, offset: int = 0, dim1: int = 0, dim2: int = 1) -> Tensor:
-    a, b = x._axis(dim1), x._axis(dim2)
-    rest = [i for i in range(x.ndim) if i not in (a, b)]
+    return x._with_view(_diagonal_view(x.view, c.shape, offset, x._axis(dim1), x._axis(dim2)))
+
+
+def _diagonal_view(v: View, shape: Any, offset: int, a: int, b: int) -> View:
+    """The diagonal of axes a and b (offset above it if > 0), as the last axis."""
+    rest = [i for i in range(v.ndim) if i not in (a, b)]
     m = {f"z{i}": z(j) for j, i in enumerate(rest)}
     m[f"z{a}"], m[f"z{b}"] = z(len(rest)) + max(-offset, 0), z(len(rest)) + max(offset, 0)
-    return x._with_view(x.view.remap(c.shape, m))
+    return v.remap(shape, m)
 
 
-@_op("unbind.int")
+@_op("unbind.int", "unbind_copy.int")
 def _unbind(c: Ctx, x: Tensor, dim: int = 0) -> tuple:
     d = x._axis(dim)
     return tuple(x[(slice(None),) * d + (i,)] for i in range(int(x.view.shape[d])))
+
+
+@_op("narrow_copy")
+def _narrow(c: Ctx, x: Tensor, dim: int, start: Any, length: Any) -> Tensor:
+    return x.narrow(dim, start, length)
 
 
 @_op("constant_pad_nd")
@@ -512,7 +910,7 @@ def _triangle(c: Ctx, x: Tensor, diagonal: Any = 0) -> Tensor:
 
 # -- layout ------------------------------------------------------------------------------
 
-@_op("view", "_unsafe_view")
+@_op("view", "_unsafe_view", "view_copy")
 def _view(c: Ctx, x: Tensor, size: list) -> Tensor:
     try:
         return x.reshape(*size)
@@ -531,12 +929,12 @@ def _view(c: Ctx, x: Tensor, size: list) -> Tensor:
     return x._with_view(x.view.remap(shape, mapping))
 
 
-@_op("expand")
+@_op("expand", "expand_copy")
 def _expand(c: Ctx, x: Tensor, size: list, *, implicit: bool = False) -> Tensor:
     return x.expand(*size)
 
 
-@_op("permute")
+@_op("permute", "permute_copy")
 def _permute(c: Ctx, x: Tensor, dims: list) -> Tensor:
     return x.permute(*dims)
 
@@ -604,7 +1002,7 @@ def _copy(c: Ctx, dst: Tensor, src: Tensor, non_blocking: bool = False) -> Tenso
 
 @_op("full", "full_like", "zeros", "ones", "zeros_like", "ones_like", "empty.memory_format",
      "empty_like", "empty_strided", "new_full", "new_zeros", "new_ones", "new_empty",
-     "scalar_tensor", "fill.Scalar")
+     "scalar_tensor", "fill.Scalar", "empty_permuted")
 def _full(c: Ctx, *args: Any, **_: Any) -> Tensor:
     name = c.op
     at = {"full": 1, "full_like": 1, "new_full": 2, "fill": 1, "scalar_tensor": 0}
@@ -730,11 +1128,22 @@ def _call(tr: Translation, syms: Symbols, node: fx.Node, env: dict[fx.Node, Any]
         return new
     fn = TABLE.get(node.target)
     if fn is None:
+        packet = getattr(node.target, "_overloadpacket", None)
+        if packet in DATA_DEPENDENT:
+            raise LumosError("its output shape depends on the input's values (lumos shapes "
+                             "are static)")
         raise LumosError("no translation")
     args = fx.map_arg(node.args, env.__getitem__)
     kwargs = fx.map_arg(node.kwargs, env.__getitem__)
     return _conform(fn(Ctx(tr.graph, node, syms), *args, **kwargs), val, syms)
 
+
+# ops whose output shape depends on the input's values: they run in PyTorch (in strict
+# mode, the error names them); Dynamo breaks the graph at them unless
+# torch._dynamo.config.capture_dynamic_output_shape_ops is set
+DATA_DEPENDENT = {aten.nonzero, aten.masked_select, aten.unique_consecutive, aten.unique_dim,
+                  aten._unique, aten._unique2, aten.bincount, aten.repeat_interleave,
+                  aten.histc, aten.histogram, aten.argwhere}
 
 _SIZES = {aten.sym_size.int, aten.sym_numel.default, aten.sym_storage_offset.default}
 

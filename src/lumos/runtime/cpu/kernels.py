@@ -849,10 +849,18 @@ def seeds(space: SearchSpace, env: Mapping[str, int],
             for ch in n.children:
                 parents.setdefault(ch, []).append((i, n))
 
+    made = genomes if genomes is not None else Genomes(space)
+    baseline = made.baseline(random.Random(0))  # cpu_space: the unfused program first
+    program = extract(space, baseline)  # producers before their readers
+    used_by: dict[int, list[tuple[int, ENode]]] = {}  # class -> (class, node) of the
+    for i, n in program:                              # unfused program using it
+        for ch in n.children:
+            used_by.setdefault(ch, []).append((i, n))
+
     @functools.cache
-    def owners(c: int) -> frozenset[int]:  # the kernel classes whose bodies hold class c
+    def owners(c: int) -> frozenset[int]:  # the unfused program's kernels holding class c
         out: set[int] = set()
-        for pc, pn in parents.get(c, ()):
+        for pc, pn in used_by.get(c, ()):
             if pn.op.startswith("K"):
                 out.add(pc)
             elif pn.op.startswith("E") and pn.op != "ELoad":
@@ -861,11 +869,14 @@ def seeds(space: SearchSpace, env: Mapping[str, int],
     # producer class -> kernels reading its buffer (distinct consumers: equal reads by two
     # kernels are one e-class; an operand's copy for a product is not counted)
     reading: dict[int, set[int]] = {}
+    views_read: dict[int, set[int]] = {}  # producer class -> its distinct loads' classes
     for c, nodes in enumerate(space.classes):
         for n in nodes:
             if n.op == "ELoad" and n.fields[0][0] == "Top":
-                reading.setdefault(n.children[0], set()).update(
-                    k for k in owners(c) if not any(m.op == "KCopy" for m in space.classes[k]))
+                ks = {k for k in owners(c) if not any(m.op == "KCopy" for m in space.classes[k])}
+                reading.setdefault(n.children[0], set()).update(ks)
+                if ks:
+                    views_read.setdefault(n.children[0], set()).add(c)
     readers = {p: len(ks) for p, ks in reading.items()}
     ops: dict[int, int] = {}  # buffer class -> elementwise ops its body inlines (chosen so)
     decided: dict[int, bool] = {}  # ELoad class -> inline?
@@ -889,8 +900,10 @@ def seeds(space: SearchSpace, env: Mapping[str, int],
                 red = next((m for m in space.classes[p] if m.op == "KMaxReduce"), None)
                 again = red is not None and _read_again(view, red.fields[0], env,
                                                         stepwise(c, len(view.shape)))
+                # (computed where its readers are: once, unless they read it through
+                # several views, as a convolution's taps do)
                 decided[c] = not broadcast and not again and (
-                    home.get(p, p) != p or
+                    home.get(p, p) != p and len(views_read.get(p, ())) <= 1 or
                     ops[p] * (readers.get(p, 1) - 1) <= DUPLICATE_OPS)
         return decided[c]
 
@@ -920,12 +933,9 @@ def seeds(space: SearchSpace, env: Mapping[str, int],
         return 1 + sum(ops.get(space.classes[ch][0].children[0], 0) if inline(ch) else 0
                        for ch in n.children if space.classes[ch][0].op == "ELoad")
 
-    made = genomes if genomes is not None else Genomes(space)
-    baseline = made.baseline(random.Random(0))  # cpu_space: the unfused program first
     short = {m.children[0] for r in space.classes for m in r if m.op == "EMaxReduce"}
     selects = {m.children[0] for r in space.classes if any(x.op == "ESelect" for x in r)
                for m in r if m.op == "ELoad"}  # Gathers that a reader may compute as selects
-    program = extract(space, baseline)  # producers before their readers
     inlinable = {c for c, n in program if n.op in ("KMap", "KCopy", "KOutput") or
                  n.op == "KMaxReduce" and n.children[0] in short or
                  n.op == "Gather" and c in selects}

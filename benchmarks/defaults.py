@@ -1,0 +1,88 @@
+"""Benchmark: what `g.compile(CpuRuntime())` gives with no options at all, against numpy in
+the same process: the demo's attention block (`lumos.demo.build`, d=384, 6 heads) at
+s=128, and a 1024^3 matrix product. Each compile is cold (a fresh LUMOS_CACHE); its
+seconds are reported beside the times. Targets (issue 27): the block >= 1.5x numpy, the
+product >= 0.9x numpy.
+
+    env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE .venv/bin/python benchmarks/defaults.py
+        [--options '{"limit": 2}'] [--repeats 50]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from common import interleaved, openblas_core
+
+import lumos
+from lumos.demo import build, numpy_block
+
+
+def block(d: int, heads: int, s: int, rng: np.random.Generator
+          ) -> tuple[lumos.Graph, dict[str, Any], Any, Callable[[], object]]:
+    g, inputs, out = build(d, heads)
+    data = {n: (rng.standard_normal((d, d)) / math.sqrt(d)).astype(np.float32)
+            for n in ("wq", "wk", "wv", "wo")}
+    data["x"] = rng.standard_normal((s, d)).astype(np.float32)
+    weights = {n: a for n, a in data.items() if n != "x"}
+    return g, {inputs[n]: a for n, a in data.items()}, out, \
+        lambda: numpy_block(data["x"], weights, heads)
+
+
+def matmul(n: int, rng: np.random.Generator
+           ) -> tuple[lumos.Graph, dict[str, Any], Any, Callable[[], object]]:
+    g = lumos.Graph()
+    a, b = g.tensor((n, n), name="a"), g.tensor((n, n), name="b")
+    out = (a @ b).output()
+    da, db = (rng.standard_normal((n, n)).astype(np.float32) for _ in range(2))
+    return g, {a: da, b: db}, out, lambda: da @ db
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--options", default="", help="CompileOptions fields as JSON (default: none)")
+    ap.add_argument("--repeats", type=int, default=50)
+    args = ap.parse_args()
+    fields = json.loads(args.options) if args.options else None
+    rng = np.random.default_rng(0)
+    cases = {"attention block d=384 h=6 s=128": block(384, 6, 128, rng),
+             "matmul 1024^3": matmul(1024, rng)}
+    print(f"OpenBLAS {openblas_core()}; options {fields or 'none'}; cold compiles")
+    rows = []
+    for name, (g, data, out, peer) in cases.items():
+        with tempfile.TemporaryDirectory() as cache:
+            os.environ["LUMOS_CACHE"] = cache
+            t0 = time.perf_counter()
+            prog = g.compile(lumos.CpuRuntime(),
+                             None if fields is None else lumos.CompileOptions(**fields))
+            compile_s = time.perf_counter() - t0
+        for t, a in data.items():
+            prog.set_data(t, a)
+        prog.execute()
+        err = float(np.abs(prog.get(out) - peer()).max())
+        assert err < 1e-2, f"{name}: lumos and numpy disagree by {err}"
+        times = interleaved({"lumos": prog.execute, "numpy": peer}, args.repeats, least=0.5)
+        rows.append({"case": name, "compile_s": compile_s, "lumos_ms": times["lumos"] * 1e3,
+                     "numpy_ms": times["numpy"] * 1e3,
+                     "ratio": times["numpy"] / times["lumos"], "max_abs_err": err})
+        r = rows[-1]
+        print(f"{name:<34} lumos {r['lumos_ms']:8.3f} ms  numpy {r['numpy_ms']:8.3f} ms  "
+              f"{r['ratio']:5.2f}x numpy  (compile {compile_s:.1f} s)")
+    out_dir = Path(__file__).resolve().parent / "results"
+    out_dir.mkdir(exist_ok=True)
+    (out_dir / "defaults.json").write_text(json.dumps(
+        {"benchmark": "defaults", "options": fields, "date": time.strftime("%Y-%m-%d"),
+         "openblas": openblas_core(), "rows": rows}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
