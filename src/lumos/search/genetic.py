@@ -59,7 +59,7 @@ class GeneticSearch:
         self.seeds = tuple(seeds)  # costs for Genomes.preferring: generation 0's first picks
         if genomes is not None and genomes.space is not space:
             raise ValueError("GeneticSearch: genomes were made for another space")
-        # (a caller's Genomes of this space, if it made one: ranking SmolLM2's takes 1 s)
+        # (a caller's Genomes of this space, if it made one: ranking a large space is slow)
         self.genomes = genomes if genomes is not None else Genomes(space)
         self.rng = random.Random(self.options.seed)
         self.clock = clock
@@ -221,8 +221,8 @@ class GeneticSearch:
 
     def _breed(self) -> list[Genome]:
         """The next generation's new, distinct genomes: generation_size of them, or as many
-        as the limit leaves to measure (a genome of SmolLM2's space takes ~0.2 s to draw
-        and fingerprint: the 10 of a generation for the 2 that limit=2 measures took 2 s)."""
+        as the limit leaves to measure (drawing and fingerprinting a genome of a large
+        space is slow: a small limit draws only the few it measures)."""
         o, g, rng = self.options, self.genomes, self.rng
         wanted = min(o.generation_size, o.limit - self.counted)
         if self.generation == 0:

@@ -81,8 +81,8 @@ class CompileOptions:
     search_time_limit: float | None = 60.0
     max_enodes: int = 1_000_000
     max_iterations: int = 16
-    # SmolLM2's 5,360 nodes saturate in ~55 s for its two buckets on a 2-core Xeon (fuse:
-    # 25 s each); at 60 s that was killed, and its program compiled without rewrites
+    # room for a large model to saturate all its buckets on a small machine: a saturation
+    # cut off by the limit leaves its program compiled without rewrites
     saturation_time_limit: float | None = 120.0
     flush_denormals: bool = False
     matmul_precision: str = "highest"

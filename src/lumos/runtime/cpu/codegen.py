@@ -67,8 +67,7 @@ BLOCK = 2048  # innermost-axis elements per parallel task (at most PRELUDE's lum
 TILE_FLOATS = 24576  # a row block of a product run by its reader (Tile): 96 KiB, in L2
 TILES = 4  # products one kernel may run in row blocks (more: each whole, first)
 BAND_FLOATS = 1 << 17  # a band of a product's rows its reader runs (row_banded): 512 KiB
-# (MobileNetV2's 112x112 16->96 expansion read by a stride-2 depthwise convolution, ms:
-# 3.0-3.2 at 256 KiB, 2.8-3.0 at 512, 3.0-3.1 at 1 MiB)
+# (bands half or twice as large were slower)
 PACK_FLOATS = 262144  # a block of a factor a product packs itself (Pack): 1 MiB, about L2
 PACK_MIN_WIDTH = 256  # ... but at least this many of its M or N (narrower products are slow)
 PARALLEL_MIN = 1 << 15  # below this many elements of work a kernel runs on one thread
@@ -81,25 +80,23 @@ MAX_LANES = 64  # a split reduction's innermost loop up to this long keeps per-l
 MAX_UNROLL = 4  # copies of a split reduction's inner loop, one per value of its tiny loops
 SHORT_REDUCE = 16  # a reduction this short is written out, one step per element (pools)
 # a float maximum's step, NaN winning: written so that GCC makes it vmaxps and one select
-# of x where it is NaN (`x > a || x != x` took two compares and a mask or: a 2x2 pool with
-# its batch norm and relu 1.12 -> 0.85 ms in a C harness)
+# of x where it is NaN (`x > a || x != x` takes two compares and a mask or)
 MAX_STEP = "{a} = {x} != {x} ? {x} : ({x} > {a} ? {x} : {a});"
 # a kernel whose output rows hold a multiple of this many elements, or at least
-# WIDE_MIN_ROW, has its loops vectorized 64 bytes wide (LUMOS_WIDE): GCC 12 tunes an unknown
-# Xeon as Rocket Lake, 32 bytes, where a row of 96 relu6s took 1.8 ms of MobileNetV2's
-# banded expansion + depthwise convolution, 1.05 wide; but a row of 28 pooled outputs
-# (16 in a vector, 12 in scalar code) took 0.55 ms at 32 bytes, 1.38 at 64
+# WIDE_MIN_ROW, has its loops vectorized 64 bytes wide (LUMOS_WIDE): GCC 12 vectorizes 32
+# bytes wide for a CPU it does not know, slower on long rows; but at 64 bytes a short row
+# leaves most of its elements to scalar code
 WIDE_LANES, WIDE_MIN_ROW = 16, 256
 # a reduction whose outputs each read their own row of an input (a matrix-vector product's
 # weights) prefetches the rows PREFETCH_BYTES ahead, the first PREFETCH_LINES cache lines of
-# each: rows of a few hundred bytes (SmolLM2's Q4_1 576 -> 1536 product: 288 + 2 x 36) are
-# too short for the hardware prefetcher, which waits for misses (97 -> 48 us per product)
+# each: rows of a few hundred bytes (a quantized matrix-vector product's) are too short for
+# the hardware prefetcher, which waits for misses
 PREFETCH_BYTES, PREFETCH_LINES, PREFETCH_MIN_ROW = 1024, 16, 32
 
 PRELUDE = (_C / "prelude.h").read_text().replace("@TILES@", str(TILES))
 
 # lumos_gemm_own: one translation unit of fixed text after BLAS + PRELUDE, so compiled
-# once and cached (in each kernel's unit its 4 unrolled variants took 0.1-0.2 s to compile)
+# once and cached (in each kernel's unit, its unrolled variants would compile every time)
 OWN_GEMM = (_C / "own_gemm.c").read_text()
 
 
@@ -146,7 +143,7 @@ def storage(dt: DType) -> str:
 
 def value_type(dt: DType) -> str:
     """The C type values of `dt` are computed in (half types in float; bools in int: GCC 12
-    vectorizes no loop of uint8_t truth values, e.g. an `any` over float compares, 9x)."""
+    vectorizes no loop of uint8_t truth values, e.g. an `any` over float compares)."""
     return "float" if dt is f16 or dt is bf16 else "int" if dt.is_bool else storage(dt)
 
 
@@ -380,8 +377,8 @@ class _Codegen:
                 index.subs({v: 0}) + Var(v) is index:
             # guarded, but the same guard all along the output loop (`lo` <= v < `hi`, one
             # block): read a row that is the data or zeros, picked once; GCC 12 vectorizes
-            # no `pred ? b[i] : 0`, even with `pred` loop-invariant (depthwise convolution
-            # under padding: 12 -> 2 ms)
+            # no `pred ? b[i] : 0`, even with `pred` loop-invariant (a depthwise convolution
+            # under padding)
             row = sc.hoist_value(f"({sc.pred(valid)} ? {self.arg(j)} + "
                                  f"{sc.index(index.subs({v: 0}))} + lo : "
                                  f"(const {storage(n.dtype)} *)lumos_zero_row)",
@@ -486,7 +483,7 @@ class _Codegen:
         calls = [self.tile_rows_call(t, gm, j, bounds)
                  for j, (t, gm) in enumerate(zip(self.tiles, layouts, strict=True))]
         # the rows' indices decoded once, then stepped like an odometer (a division per
-        # row and axis took half of a banded 112x112 expansion's relu6)
+        # row and axis can cost as much as a short row's own work)
         carry = f"++z{lead[0]};" if lead else ""
         for k in lead[1:]:
             carry = f"if (++z{k} == {c(shape[k])}) {{ z{k} = 0; {carry} }}"
@@ -1158,10 +1155,9 @@ class _Codegen:
                      init: str, step: str, acc_t: str) -> list[str]:
         """A reduction of a few elements as one step per element, in order, in the body of
         the output loop (each with its index known, so guards fold), which vectorizes
-        along the outputs: a 2x2 max pool's per-output loops of two ran 8x slower. A
+        along the outputs (per-output loops of two, a 2x2 max pool's, are slow). A
         maximum starts from its first element, not from the identity: the same value, one
-        compare and select fewer (a 2x2 pool with its batch norm and relu, 1.33 -> 1.10 ms
-        in a C harness)."""
+        compare and select fewer."""
         assert n.axis is not None
 
         def body(sc: _Scope) -> list[str]:
@@ -1439,8 +1435,7 @@ class _Codegen:
         c = lambda e: self.ren(e).to_c(bounds)  # noqa: E731
         rows_out = c(shape[2])
         # output rows per band at most: its product rows (padded) in TILE_FLOATS * 8 floats
-        # (768 KiB, in L2: narrower bands wasted their last panel of 48 columns, a 28x28
-        # 128->256 convolution's 2 rows of 30 two panels of 48: 13.8 -> 18.3 ms banded)
+        # (768 KiB, in L2: narrower bands waste much of their last panel of 48 columns)
         per = f"LUMOS_MAX(1, {TILE_FLOATS * 8} / ({w.m} * {w.c(w.wp)} * {step}))"
         w0 = None if work is None else self.ren(work).to_c(bounds)
         args = (f"pd + r0 * {w.c(w.wp)}, koff, j0, bw, {w.c(w.wp)}, {w.c(w.wp)}, t{j}, bw);")

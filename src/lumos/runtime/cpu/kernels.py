@@ -37,7 +37,7 @@ from lumos.search.genome import Genomes, extract
 from lumos.shape import Expr, Var, View, nrange, simplify
 from lumos.shape.expr import ONE, ZERO, Bounds, is_axis_var
 
-FUSE_ROUNDS = 16  # inlining depth: one producer level per round (BERT's gelu: 3 kernels at 12)
+FUSE_ROUNDS = 16  # inlining depth: one producer level per round (a chain as deep as gelu's)
 LOWER = CORE + Rules.files(Path(__file__).with_name("lower_cpu.egg"),
                            stages=(Stage(saturate=("lower_cpu",), required=True),))
 RULES = LOWER + Rules((), (Stage(bounded=("fuse",), saturate=("views",), rounds=FUSE_ROUNDS),))
@@ -168,9 +168,9 @@ def _linear(e: Expr, names: Sequence[str]) -> tuple[Expr, tuple[Expr, ...]] | No
     return _linear_in(e, tuple(names))
 
 
-@functools.lru_cache(maxsize=1 << 14)  # (the 44M Llama's CPU space asked 3252 times, for
+@functools.lru_cache(maxsize=1 << 14)  # (a space asks for the same few expressions often)
 def _linear_in(e: Expr, names: tuple[str, ...]) -> tuple[Expr, tuple[Expr, ...]] | None:
-    off = e.subs(dict.fromkeys(names, 0))  # 41 distinct expressions: 0.2 s)
+    off = e.subs(dict.fromkeys(names, 0))
     cs = tuple(e.subs({w: int(w == v) for w in names}) - off for v in names)
     if any(is_axis_var(x) for c in cs for x in c.vars()):
         return None
@@ -639,7 +639,7 @@ def compose(c: tuple, bounds: Mapping) -> View:
 @functools.lru_cache(maxsize=1 << 16)
 def _compose(c: tuple, bounds: tuple) -> View:
     """(compose, memoized: the chains of a graph's loads share their inner links, and the
-    seeds and the decoder compose the same ones; composing took the 44M Llama's seeds 1.6 s)"""
+    seeds and the decoder compose the same ones)"""
     w, inner = c[1], compose(c[2], dict(bounds))
     index, valid = w.at_flat(inner.index)
     b = {**dict(bounds), **inner.bounds()}
@@ -755,61 +755,41 @@ Cost = Callable[[int, ENode], float]
 DUPLICATE_OPS = 4  # seeds: ops a producer with several readers may be recomputed by each
 # seeds: a product this large (its result's bytes) read by one elementwise kernel is run by
 # that kernel in row blocks (EGemm); smaller ones stay in cache between the two kernels
-# anyway, and their fewer, smaller blocks split worse over the threads (measured on a C
-# harness of MobileNetV2's expansion products plus relu6: 100352x96 2.1 -> 1.4 ms,
-# 25088x144 0.69 -> 0.51 ms; 6272x192 0.45 -> 0.61 ms; in the model, its first projection
-# and batch norm, 100352x16: 0.87 -> 0.58 ms)
+# anyway, and their fewer, smaller blocks split worse over the threads
 TILE_MIN_BYTES = 6 << 20
-# ... and whose right factor (read again by every row block) stays in L2: a 44M Llama's
-# logits (512 x 32000) read again for each of 128 one-row blocks ran 5x slower
+# ... and whose right factor (read again by every row block) stays in L2: a larger one
+# is fetched from memory again for each block
 TILE_MAX_B_BYTES = 256 << 10
 # seeds: a product whose B has at most this many bytes is multiplied by lumos' own kernel
 # (lumos_gemm_own: A read where it lies, B copied once per call), not OpenBLAS, which
-# copies both (a C harness, 2 threads, GFLOP/s OpenBLAS / own, M x N x K: into an L2 row
-# block 100352x96x16 340 / 411, 25088x144x24 351 / 421, 100352x32x27 334 / 432,
-# 25088x24x96 227 / 255; whole 25088x24x96 290 / 359, 6272x192x32 389 / 513, 1568x64x384
-# 441 / 503, 1568x96x576 459 / 494; B larger: 392x160x960 443 / 432, 392x1280x320 450 / 431)
+# copies both: that costs more than it saves while B is small
 OWN_MAX_B_BYTES = 256 << 10
-# ... and more columns than this (one vector a row: 100352x16x32 into row blocks 0.61 ->
-# 0.81 ms in MobileNetV2, whole 293 / 251 GFLOP/s in the harness)
+# ... and more columns than this (at one vector a row, OpenBLAS is the faster)
 OWN_MIN_COLUMNS = 16
 # ... or whose B is stored transposed (a linear layer's weight, read where it lies by
-# lumos_gemm_rows) and A has at most this many rows, a batch counted whole (a C harness,
-# 2 threads, us OpenBLAS / rows, M x N x K, weights out of cache: 16x32000x64, the tiny
-# Llama's logits, 628 / 281; 16x172x64 8.9 / 3.1; 128x1376x512 736 / 605; 128x512x1376
-# 752 / 595; 128x512x512 281 / 226; the 44M Llama's logits, 128x32000x512, 17.2 / 13.0 ms,
-# in the model 16.7-17.8 / 14.3-15.7 ms; larger A: 4096x384x384 3.9 / 5.7 ms; MiniLM's
-# 32 x 128 rows in the model, 201 / 253 ms). lumos_gemm_own takes that path for calls of
-# at most this many rows only (MobileNetV2's 25088-row 1x1 convolutions ran 4x slower by
-# rows than from B's panels) ...
+# lumos_gemm_rows) and A has at most this many rows, a batch counted whole: for a few rows
+# reading the weight in place beats OpenBLAS's copy of it, for many rows OpenBLAS wins.
+# lumos_gemm_own takes that path for calls of at most this many rows only (many rows run
+# faster from B's panels than by rows) ...
 ROWS_MAX_M = 128
 # seeds: a copy this large read only by a product is packed by the product block by block
-# (KGemmPack), never stored whole (a convolution's im2col windows: 29-115 MB in the CNN)
+# (KGemmPack), never stored whole (a convolution's im2col windows: its input once per tap)
 PACK_MIN_BYTES = 4 << 20
 # ... and its blocks multiplied by lumos' own kernel (Pack.panels), not OpenBLAS, where k
-# is at most this (measured on the CNN's convolutions, ms: k = 27 4.4 -> 2.4; k = 288,
-# 576, 1152: 10.7 -> 11.3, 9.6 -> 11.2, 8.7 -> 11.5)
+# is at most this (lumos' kernel is the faster for a short k, OpenBLAS for a longer one)
 PANELS_MAX_K = 256
 # ... unless it is a stride-1 convolution's windows, read where they lie (KGemmWindows),
 # where each image has at least this many output positions: its panels of 48 then split
-# evenly over the threads, its padding columns few (ms, batch 8, windows / packed blocks
-# by OpenBLAS / by lumos_gemm_panels: 224x224 3->32 4.5 / 5.5 / 4.6, 112x112 16->32 2.2 /
-# 3.6 / 2.9, 112x112 32->64 8.6 / 11.4, 56x56 64->64 4.4 / 5.5, 28x28 128->256 8.8 / 8.7,
-# 14x14 256->256 6.6 / 4.4, 7x7 512->512 9.7 / 5.6; on a Xeon, once the windows kernel
-# broadcast from memory and fetched its next rows of C ahead: 28x28 128->256 14.9 / 16.3)
+# evenly over the threads, its padding columns few (smaller images, a few panels each,
+# split badly over the threads and run faster as packed blocks by OpenBLAS)
 WINDOWS_MIN_COLUMNS = 784
 # seeds: a relu6 this large read only by a product is computed by it block by block too
-# (KGemmPack of a max reduction: MobileNetV2's stride-1 depthwise convolutions, each by
-# the projection reading it): 56x56x144 (14.4 MB) 1.92 -> 1.43 ms, kernel sums 22.5-23.2
-# -> 20.8 ms; the 28x28x192 ones (4.8 MB, in cache between the kernels anyway) were slower
-# packed (0.29 -> 0.40 ms), the stem's 112x112x32 no faster than its projection's row
-# blocks
+# (KGemmPack of a max reduction: a stride-1 depthwise convolution's, by the projection
+# reading it); smaller ones stay in cache between the kernels anyway, and are slower packed
 PACK_RELU_MIN_BYTES = 8 << 20
 # seeds: where the space offers bf16x3 products (KGemmAmx), one of at least this many
-# multiply-adds a call is one, unless lumos' own kernel takes it (a C harness, 2 threads,
-# ms OpenBLAS in the model / AMX: MiniLM's batched attention, 384 x 128x128x32, 3.2-4.2 /
-# 1.9-2.1; 4096x384x384 3.8 / 1.4-1.5; a few rows by a stored weight are slower on AMX, its
-# packing of the weight costing more than the product: 128x32000x512 13.0 (rows) / 30.6)
+# multiply-adds a call is one, unless lumos' own kernel takes it (a few rows by a stored
+# weight are slower on AMX, its packing of the weight costing more than the product)
 AMX_MIN_MACS = 1 << 18
 
 
@@ -825,8 +805,7 @@ def seeds(space: SearchSpace, env: Mapping[str, int],
     variance and output, is computed once).
     An axis the read is valid at one position of (relu's and maximum's stacked pair) is
     no broadcast (a depthwise convolution is computed in the relu6 reading it: its guards
-    are the same along the vector loop, rows or zeros picked per block, as in its own map;
-    MobileNetV2's kernels 22.7-23.4 -> 22.3-22.8 ms).
+    are the same along the vector loop, rows or zeros picked per block, as in its own map).
     Matrix products are BLAS calls or (second seed) the fused multiply-sum: the first is
     the faster on all but small products, so the second's timing is often cut short (see
     tune.timed). In the first, a large product read by one kernel (elementwise) is
@@ -839,8 +818,7 @@ def seeds(space: SearchSpace, env: Mapping[str, int],
     OpenBLAS' (`OWN_MAX_B_BYTES`, `OWN_MIN_COLUMNS`), and so is one whose B is stored
     transposed and A short (`ROWS_MAX_M`); any other of `AMX_MIN_MACS` or more is a
     bf16x3 product (KGemmAmx) where the space has them, and so is a windows product
-    (KGemmWindowsAmx: the CNN's convolutions of 32 -> 64, 64 -> 128 and 128 -> 256
-    channels 11.7, 11.9, 12.5 -> 11.0, 6.1, 5.3 ms), in bands a long one (EGemmWindowsAmx).
+    (KGemmWindowsAmx), in bands a long one (EGemmWindowsAmx).
     `env` gives the dims' sizes; `genomes`, the space's Genomes if the caller made one.
     The search times the seeds like any other candidate."""
     parents: dict[int, list[tuple[int, ENode]]] = {}  # class -> (class, node) using it
@@ -896,7 +874,7 @@ def seeds(space: SearchSpace, env: Mapping[str, int],
                 # a reduction is inlined only where each of its outputs is read once (an
                 # im2col copy reads a pooled activation 9 times: 4 max steps each) and in
                 # order, linearly (a 2x2 pool reading relu's outputs two apart through
-                # its windows ran scalar, 32x slower than relu's own vector loop)
+                # its windows runs scalar, not vectorized like relu's own loop)
                 red = next((m for m in space.classes[p] if m.op == "KMaxReduce"), None)
                 again = red is not None and _read_again(view, red.fields[0], env,
                                                         stepwise(c, len(view.shape)))
@@ -1019,13 +997,8 @@ def seeds(space: SearchSpace, env: Mapping[str, int],
             return None
         p = load.children[0]
         # ... wherever the seed reads them where they lie (KGemmWindows): where k is short
-        # the product is bound by writing its output (a C harness of conv + relu + 2x2
-        # pool, ms: 224x224 3->32 4.6 -> 3.0); a long one gains its output's trip to memory
-        # and back (on the Xeon, the CNN's conv + batch norm + relu + pool kernels, ms,
-        # stored / banded: 32->64 14.1 / 12.4, 64->128 13.9 / 11.6, 128->256 13.8 / 13.1;
-        # the CNN 44.5 -> 42.2). A long one is bf16x3 where the space has it (at "high",
-        # ms, stored (KGemmWindowsAmx) + pool / banded: 32->64 9.9 + 1.2 / 8.5, 64->128
-        # 6.8 + 0.7 / 5.5, 128->256 5.3 + 0.5 / 5.5; the CNN 27.7 -> 22.8 in kernels)
+        # the product is bound by writing its output; a long one gains its output's trip
+        # to memory and back. A long one is bf16x3 where the space has it
         gms = [gemm(gemm_views(m, sizes), m.fields[1], sizes) for m in space.classes[p]
                if m.op == "KGemmWindows" and packed(p, m)]
         if not any(gm is not None for gm in gms):
@@ -1063,9 +1036,7 @@ def seeds(space: SearchSpace, env: Mapping[str, int],
         in row blocks) are computed by their reader in bands (ERows): where the reader
         downsamples it (a stride-2 depthwise convolution reading a 1x1 expansion's
         relu6: 4x fewer outputs than the expansion's, which is never stored). A stride-1
-        reader measured no faster (a C harness of MobileNetV2's blocks, ms, stored /
-        banded: 112x112 16->96 stride 2 4.0 / 2.9; 56x56 24->144 stride 1 2.2 / 2.2; the
-        stem's 112x112x32 with its depthwise convolution slower banded)."""
+        reader gains nothing from bands."""
         k = next((m for m in space.classes[p] if m.op == "KMaxReduce"), None)
         if k is None or _numel(k.fields[0], env) * 4 < TILE_MIN_BYTES or not computes_tile(p):
             return False

@@ -102,8 +102,8 @@ class CompiledProgram:
         """(arena offset of each intermediate, arena bytes) for these dims (cached). The
         plan is made for the dims rounded up to powers of two and serves every size whose
         buffers fit it (offsets that keep buffers apart keep smaller ones apart), so a
-        decode loop plans once per doubling of its context, not per token (planning
-        SmolLM2's step took 7.7 ms, its kernels 7 ms)."""
+        decode loop plans once per doubling of its context, not per token (a plan can
+        cost as much as the step's kernels)."""
         dims = self.layout.dims
         key = tuple(env[d] for d in dims)
         hit = self._plans.get(key)

@@ -88,7 +88,7 @@ def profiling_inputs(graph: Graph, env: Mapping[str, int], seed: int) -> dict[st
             a = rng.integers(lo, lo + 16, shape).astype(dt.np)
         else:
             scale = 1 / math.sqrt(max(1, math.prod(shape[1:])))
-            a = rng.standard_normal(shape, np.float32)  # (f32 draws: 44M of them in 0.1 s)
+            a = rng.standard_normal(shape, np.float32)  # (drawn as float32: fast for large weights)
             a *= np.float32(scale)
             if i in positive:
                 np.abs(a, out=a)
@@ -138,11 +138,11 @@ _SEARCHES = itertools.count()
 def timed(program: CompiledProgram, inputs: Sequence[np.ndarray], env: Mapping[str, int],
           trials: int, bound: float = math.inf) -> tuple[float, list[float]]:
     """Runs in the sandbox: the median seconds of `trials` runs after one warm-up, or the
-    warm-up's seconds if they exceed `bound` (the candidate has lost: the fused seed's
-    matrix products ran 3x longer than BLAS's); the warm-up stops after the kernel that
-    passes `bound` (the torch CNN's second seed: 0.47 s in all, 10x its first's). And, of a
-    profiled program, each kernel's least seconds over the trials (what else runs on the
-    machine only ever adds time; none when the warm-up stopped it)."""
+    warm-up's seconds if they exceed `bound` (the candidate has lost); the warm-up stops
+    after the kernel that passes `bound` (a losing candidate's whole run can take many
+    times the best one's). And, of a profiled program, each kernel's least seconds over
+    the trials (what else runs on the machine only ever adds time; none when the warm-up
+    stopped it)."""
     outs = [np.empty(program.shape(b, env), b.dtype.np) for b in program.layout.outputs]
     t = time.perf_counter()
     program.run(inputs, env, outs, budget=bound if math.isfinite(bound) else None)
@@ -241,7 +241,7 @@ def tune(graph: Graph, search: GeneticSearch | KernelSearch,
             seconds, per_kernel = sandbox.run(timed, program, inputs, dict(env), opts.trials,
                                               bound, timeout=limit)
             # checked where it would be the best (a wrong program never wins, and a slower
-            # one costs no comparison with the oracle: the CNN's fused seed, 0.2 s), or
+            # one costs no comparison with the oracle), or
             # always where the search keeps parts of candidates (KernelSearch)
             check = best is None or seconds < best[1] or \
                 (hasattr(search, "check_all") and search.check_all())
