@@ -12,10 +12,13 @@ medians). Target (issue 27): geomean >= 1.2x inductor, none below 0.9x; the comp
 of each beside inductor's.
 
     env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE .venv/bin/python benchmarks/unseen.py
-        [--cases bert,gpt2,...] [--peers eager,inductor,lumos] [--options '{"limit": 2}']
+        [--cases bert,gpt2,...] [--peers eager,inductor,lumos[,seeds,noseeds]]
+        [--options '{"limit": 2}']
         [--repeats 20] [--quick]
 
-`--quick` runs every model at small sizes (3 repeats) and writes no JSON.
+Peers `seeds` (lumos at `limit` 2: the two seed programs) and `noseeds` (lumos with
+`seeds` off: the search from the unfused program) are timed beside the others when asked
+for. `--quick` runs every model at small sizes (3 repeats) and writes no JSON.
 """
 
 from __future__ import annotations
@@ -256,6 +259,11 @@ def case(name: str, peers: dict[str, tuple], args: argparse.Namespace,
     if {"inductor", "lumos"} <= set(row):
         row["lumos_speed_vs_inductor"] = row["inductor"]["latency_s"] / row["lumos"]["latency_s"]
         print(f"{name:>9} lumos is {row['lumos_speed_vs_inductor']:.2f}x inductor's speed")
+    for other in ("seeds", "noseeds"):
+        if {other, "lumos"} <= set(row):
+            row[f"{other}_speed_vs_lumos"] = r = \
+                row["lumos"]["latency_s"] / row[other]["latency_s"]
+            print(f"{name:>9} {other} run at {r:.2f}x lumos' speed")
     return row
 
 
@@ -271,7 +279,9 @@ def main() -> None:
     args.repeats = args.repeats or (3 if args.quick else 20)
     options = json.loads(args.options) if args.options else None
     every = {"eager": (None, None), "inductor": ("inductor", None),
-             "lumos": ("lumos", options)}
+             "lumos": ("lumos", options),  # and two other lumos peers, to ask for:
+             "seeds": ("lumos", {**(options or {}), "limit": 2}),  # the seeds alone,
+             "noseeds": ("lumos", {**(options or {}), "seeds": False})}  # no seeds
     peers = {p: every[p] for p in args.peers.split(",")}
     torch._dynamo.config.recompile_limit = 64
     results: dict[str, Any] = {"benchmark": "unseen", "lumos_options": options,

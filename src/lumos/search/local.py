@@ -20,8 +20,10 @@ first alternative (a shallow move) or their second (a deep move: a producer read
 is then computed inline down its own chain). Moves of a batch touch disjoint kernels of
 the incumbent. After the run, moves that changed common kernels form a group; a group
 whose new kernels take less time than the old ones they replace, by `MARGIN` or by more
-than 90% of the unchanged kernels' times moved between the two runs (the machine's noise),
-the old times scaled by how those drifted, is kept: the incumbent takes its choices.
+than the unchanged kernels of about that length moved between the two runs (the machine's
+noise: `NOISE_NEAR`, `NOISE_QUANTILE`), the old times scaled by how those drifted, is
+kept: the incumbent takes its choices. A move that gained less than the noise is judged
+once more in a later candidate.
 
 A candidate that fails (Rejected: its code would not compile; Invalid: it ran wrong) is
 tried again in halves, until the move that failed it stands alone and is rejected.
@@ -38,6 +40,7 @@ seed by noise in the per-kernel judgements.
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import math
 import random
@@ -59,6 +62,8 @@ MARGIN = 0.02  # a group of moves is kept when its kernels are at least this muc
 MIN_GAIN = 2e-7  # ... and by at least this many seconds
 MAX_MOVES = 48  # moves per candidate
 FINAL_ROUNDS = 2  # the incumbent and generation 0's best, timed in turns this many times
+NOISE_NEAR = 9  # a group's noise: the unchanged kernels this many nearest its old time ...
+NOISE_QUANTILE = 0.75  # ... how far this quantile of them moved
 KernelId = tuple[int, str]  # (root class, key)
 
 
@@ -97,6 +102,7 @@ class KernelSearch:
         self.incumbent: Genome | None = None
         self._kernels: dict[KernelId, KernelTime] = {}  # the incumbent's, last measured
         self._verdicts: dict[str, bool] = {}  # move signature -> kept
+        self._tries: dict[str, int] = {}  # move signature -> times judged
         self._retry: list[list[Move]] = []  # parts of a failed batch, to try again
         self._texts: dict[tuple[int, int], str] = {}  # (class, alternative) -> its e-node's
         self._incumbent_seconds = math.inf
@@ -383,11 +389,20 @@ class KernelSearch:
         same = [kid for kid in new if kid in old]
         before = sum(old[k].seconds for k in same)
         drift = sum(new[k].seconds for k in same) / before if before > 0 else 1.0
-        # how far an unchanged kernel's time moved between the two runs (the machine's
-        # noise): a group must gain more than that, relative to its old time
-        moved = sorted(abs(new[k].seconds / (old[k].seconds * drift) - 1) for k in same
-                       if old[k].seconds > MIN_GAIN)
-        margin = max(MARGIN, moved[int(0.9 * (len(moved) - 1))] if moved else 0.0)
+        # how far unchanged kernels' times moved between the two runs (the machine's
+        # noise), by their length: a group must gain more than the unchanged kernels
+        # nearest its old time moved, relative to it (short kernels move more)
+        by_size = sorted((old[k].seconds * drift, abs(new[k].seconds / (old[k].seconds * drift)
+                                                      - 1)) for k in same if old[k].seconds > 0)
+        lengths = [t for t, _ in by_size]
+
+        def margin(cost: float) -> float:
+            if not by_size:
+                return MARGIN
+            i = bisect.bisect_left(lengths, cost)
+            lo = max(0, min(i - NOISE_NEAR // 2, len(by_size) - NOISE_NEAR))
+            near = sorted(m for _, m in by_size[lo:lo + NOISE_NEAR])
+            return max(MARGIN, near[int(NOISE_QUANTILE * (len(near) - 1))])
         # the classes each move changed: its own, those below its old choice that the
         # candidate no longer reaches (and the buffers they read), and those below its new
         # choice that the incumbent did not reach
@@ -437,9 +452,12 @@ class KernelSearch:
         keep: set[int] = set()
         for r, members in groups.items():
             gain = cost_old[r] - cost_new[r]
-            ok = gain > max(margin * cost_old[r], MIN_GAIN)
-            for i in members:
-                self._verdicts[moves[i].signature] = ok
+            ok = gain > max(margin(cost_old[r]) * cost_old[r], MIN_GAIN)
+            for i in members:  # (a gain within the noise is tried again, once)
+                sig = moves[i].signature
+                self._tries[sig] = self._tries.get(sig, 0) + 1
+                if ok or gain <= 0 or self._tries[sig] >= 2:
+                    self._verdicts[sig] = ok
             if ok:
                 keep.update(members)
         if keep:
@@ -460,7 +478,8 @@ class KernelSearch:
         log("search", f"candidate {self.generation}: {len(moves)} moves in {len(groups)} "
                       f"groups, {len(keep)} kept; {len(gone)} kernels replaced by {len(made)}"
                       f"{f' ({orphans} changed by no move)' if orphans else ''}; drift "
-                      f"{drift:.3f}, margin {margin:.1%}; incumbent ~{_ms(total)} of kernels")
+                      f"{drift:.3f}, noise {margin(total / max(len(old), 1)):.1%} at a mean "
+                      f"kernel's length; incumbent ~{_ms(total)} of kernels")
 
     def _stop(self, reason: str) -> None:
         self.stop_reason = reason
