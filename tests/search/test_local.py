@@ -171,3 +171,29 @@ def test_a_batch_that_fails_is_tried_again_in_halves():
         ks = kernels_of(space, g, cost)
         search.report(g, Measured(sum(k.seconds for k in ks), ks))
     assert search.best()[1] == pytest.approx(best)
+
+
+def test_the_time_limit_holds_one_more_candidate_and_the_finals():
+    """With `search_time_limit`, moves stop while there is still time for one more
+    candidate and the finals: each candidate takes 2 s (a fake clock) and 600 moves need
+    13 candidates or more, so a 20 s limit stops the moves by 10 s, and the search, finals
+    included, ends within the limit."""
+    space = as_kernels(grid_space(200, 4))
+    table = random.Random(1)
+    cost = {(n.op, n.fields): table.uniform(1, 10) for c in space.classes for n in c
+            if n.fields}
+    now = [0.0]
+
+    def clock() -> float:
+        return now[0]
+
+    search = KernelSearch(space, CompileOptions(limit=1000, search_time_limit=20.0),
+                          clock=clock)
+    seen = []
+    while (g := search.next_candidate()) is not None:
+        now[0] += 2.0
+        ks = kernels_of(space, g, cost)
+        seen.append(g)
+        search.report(g, Measured(sum(k.seconds for k in ks), ks))
+    assert search.stop_reason.startswith("search_time_limit")
+    assert 5 <= len(seen) and now[0] <= 20.0

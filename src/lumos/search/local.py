@@ -32,7 +32,8 @@ A move is known by its signature: the code (keys) of the kernels it touches, whe
 kernel the class lies, and the e-node it picks. A verdict holds for every move of that
 signature: repeated layers (the same kernels) are decided once, each kept move is tried
 at once wherever else it applies, and a rejected one is not tried again. The search ends
-at `limit` counted candidates, at `search_time_limit`, or when no move is left to try;
+at `limit` counted candidates, at `search_time_limit` (less the time one more candidate
+and the finals are expected to take), or when no move is left to try;
 then the incumbent and generation 0's best are timed in turns (`FINAL_ROUNDS`), and
 best() is the one of the lower median: a search never returns a program slower than its
 seed by noise in the per-kernel judgements.
@@ -111,6 +112,8 @@ class KernelSearch:
         self._finals: list[Genome] = []
         self._final_times: dict[tuple, tuple[Genome, list[float]]] = {}
         self._last_reason = ""
+        self._handed = 0.0  # the clock when the last candidate was handed out
+        self._durations: list[float] = []  # seconds from handing out to report, per run
         self._bar: tqdm | None = None
         self.history: list[Trial] = []  # one per reported candidate (lumos viz plots it)
         self._origins: dict[tuple, str] = {}  # handed out, by genome_key: see Trial.origin
@@ -133,6 +136,7 @@ class KernelSearch:
         if self._queue and self.counted + len(self._pending) < self.options.limit:
             genome = self._queue.pop(0)
             self._pending[genome_key(genome)] = (genome, [])
+            self._handed = self.clock()
             return genome
         if self._pending:
             raise RuntimeError(f"{len(self._pending)} candidates are still unreported; "
@@ -157,6 +161,7 @@ class KernelSearch:
         self.generation += 1
         self._pending[genome_key(genome)] = (genome, moves)
         self._origins[genome_key(genome)] = f"{len(moves)} moves" if moves else "final"
+        self._handed = self.clock()
         return genome
 
     def report(self, candidate: Genome, outcome: Outcome) -> None:
@@ -173,6 +178,8 @@ class KernelSearch:
         if entry is None:
             raise ValueError("report: that genome is not an outstanding candidate")
         genome, moves = entry
+        if not isinstance(outcome, Rejected):  # (how long a candidate takes, handed out
+            self._durations.append(self.clock() - self._handed)  # to reported)
         self._record(genome, outcome)
         if isinstance(outcome, Rejected):
             self.rejected += 1
@@ -270,9 +277,13 @@ class KernelSearch:
         o = self.options
         if self.counted + 2 * FINAL_ROUNDS >= o.limit:  # (kept for the finals)
             return f"limit of {o.limit} candidates reached"
-        if o.search_time_limit is not None and \
-                self.clock() - self._start >= o.search_time_limit:
-            return f"search_time_limit of {o.search_time_limit} s reached"
+        if o.search_time_limit is not None:
+            # (the time left must hold one more candidate and the finals: re-timings of
+            # programs already compiled, as cheap as the cheapest candidate so far)
+            d = self._durations
+            ahead = statistics.mean(d) + 2 * FINAL_ROUNDS * min(d) if d else 0.0
+            if self.clock() - self._start + ahead >= o.search_time_limit:
+                return f"search_time_limit of {o.search_time_limit} s reached"
         return None
 
     def _layout(self) -> tuple[dict[int, list[KernelId]], dict[int, KernelId],
