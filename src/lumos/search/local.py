@@ -279,9 +279,11 @@ class KernelSearch:
             return f"limit of {o.limit} candidates reached"
         if o.search_time_limit is not None:
             # (the time left must hold one more candidate and the finals: re-timings of
-            # programs already compiled, as cheap as the cheapest candidate so far)
+            # programs already compiled, each at most the cheapest candidate so far or
+            # the incumbent's runs, warm-up included)
             d = self._durations
-            ahead = statistics.mean(d) + 2 * FINAL_ROUNDS * min(d) if d else 0.0
+            final = min(min(d), (o.trials + 2) * self._incumbent_seconds) if d else 0.0
+            ahead = statistics.mean(d) + 2 * FINAL_ROUNDS * final if d else 0.0
             if self.clock() - self._start + ahead >= o.search_time_limit:
                 return f"search_time_limit of {o.search_time_limit} s reached"
         return None
