@@ -350,12 +350,12 @@ def conv_transpose(input: Tensor, weight: Tensor, bias: Tensor | None, stride: S
 # -- pooling ----------------------------------------------------------------------------
 
 def _pool_geometry(op: str, x: Tensor, kernel_size: Size, stride: Size | None, padding: Size,
-                   dilation: Size, ceil_mode: bool) -> tuple:
+                   dilation: Size, ceil_mode: bool, nd: int = 2) -> tuple:
     """Kernel, stride, padding, dilation, output sizes and extra right padding (ceil mode)
-    of a 2-D pool over x (N, C, H, W)."""
-    k = _tuple(kernel_size, 2, "kernel_size", op)
-    s = k if stride is None else _tuple(stride, 2, "stride", op)
-    p, d = _tuple(padding, 2, "padding", op), _tuple(dilation, 2, "dilation", op)
+    of an nd pool over x (N, C, ...)."""
+    k = _tuple(kernel_size, nd, "kernel_size", op)
+    s = k if stride is None or stride == [] else _tuple(stride, nd, "stride", op)
+    p, d = _tuple(padding, nd, "padding", op), _tuple(dilation, nd, "dilation", op)
     if any(pi > (di * (ki - 1) + 1) // 2 for pi, di, ki in zip(p, d, k, strict=True)):
         raise ValueError(f"{op}: padding {p} must be at most half the effective kernel {k}")
     outs, extra = [], []

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from lumos.dtype import f64, i64
 from lumos.errors import ShapeError
 from lumos.frontend import reduce as R
-from lumos.frontend.nn import _batched, _compute, _same_dtype, _tuple, _unbatch
+from lumos.frontend.nn import _batched, _compute, _pool_geometry, _same_dtype, _unbatch
 from lumos.frontend.tensor import (
     Tensor,
     div,
@@ -41,29 +41,6 @@ def _digits(j: Expr, k: Sequence[int | Expr]) -> list[Expr]:
         rest = numel(k[i + 1:])
         out.append((j // rest) % k[i] if i else j // rest)
     return out
-
-
-def geometry(op: str, x: Tensor, nd: int, kernel: Size, stride: Size | None, padding: Size,
-             dilation: Size, ceil_mode: bool) -> tuple:
-    """Kernel, stride, padding, dilation and output sizes of an nd pool over x (N, C, ...),
-    and the extra right padding ceil mode needs."""
-    k = _tuple(kernel, nd, "kernel_size", op)
-    s = k if stride is None or stride == [] else _tuple(stride, nd, "stride", op)
-    p, d = _tuple(padding, nd, "padding", op), _tuple(dilation, nd, "dilation", op)
-    if any(pi > (di * (ki - 1) + 1) // 2 for pi, di, ki in zip(p, d, k, strict=True)):
-        raise ValueError(f"{op}: padding {p} must be at most half the effective kernel {k}")
-    outs, extra = [], []
-    for h, ki, si, pi, di in zip(x.view.shape[2:], k, s, p, d, strict=True):
-        span = h + 2 * pi - di * (ki - 1) - 1
-        o = (span + (si - 1 if ceil_mode else 0)) // si + 1
-        if ceil_mode:  # the last window must start inside the input or the left padding
-            o = o - ((o - 1) * si).ge(h + pi)
-        if o.is_num and o.value < 1:
-            raise ShapeError(f"{op}: kernel {k} does not fit input shape {x.shape} "
-                             f"(padding {p}, dilation {d})")
-        outs.append(o)
-        extra.append(emax(0, (o - 1) * si - span) if ceil_mode else ZERO)
-    return k, s, p, d, outs, extra
 
 
 def _window_view(v: View, k: Sequence[int], s: Sequence[int], d: Sequence[int],
@@ -111,7 +88,7 @@ def max_pool(input: Tensor, nd: int, kernel: Size, stride: Size | None = None,
     op = f"max_pool{nd}d"
     _same_dtype(op, input)
     x = _batched(input, nd, op)
-    k, s, p, d, out, extra = geometry(op, x, nd, kernel, stride, padding, dilation, ceil_mode)
+    k, s, p, d, out, extra = _pool_geometry(op, x, kernel, stride, padding, dilation, ceil_mode, nd)
     pads: list = []
     for i in reversed(range(nd)):
         pads += [p[i], p[i] + extra[i]]
@@ -133,7 +110,7 @@ def avg_pool(input: Tensor, nd: int, kernel: Size, stride: Size | None = None,
     op = f"avg_pool{nd}d"
     dt = _same_dtype(op, input)
     x = _batched(input, nd, op)
-    k, s, p, _, out, extra = geometry(op, x, nd, kernel, stride, padding, 1, ceil_mode)
+    k, s, p, _, out, extra = _pool_geometry(op, x, kernel, stride, padding, 1, ceil_mode, nd)
     x = x.to(_compute(dt) if dt.is_float else i64)
     v = x.view
     for i in range(nd):
