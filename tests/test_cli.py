@@ -82,8 +82,8 @@ def test_bad_input(smollm2, capsys, tmp_path, monkeypatch):
         w.add_uint32(f"llama.{key}", 64)
     w.add_float32("llama.attention.layer_norm_rms_epsilon", 1e-5)
     assert "tensor token_embd.weight has unsupported type Q5_0" in write_q5(w, capsys, q5)
-    assert "the prompt has 40 tokens; the largest prefill bucket holds 16" in error_of(
-        capsys, ["run", "smollm2", " x" * 40, *SMALL])
+    assert "the prompt has 40 tokens; the context holds 32 (raise --context)" in error_of(
+        capsys, ["run", "smollm2", " x" * 40, *SMALL, "--context", "32"])
     assert "--flush-denormals applies to a searched program" in error_of(
         capsys, ["run", "smollm2", "hi", "--runtime", "cpu", "--search", "0",
                  "--flush-denormals"])

@@ -92,14 +92,21 @@ def test_generate_greedy_stop_seed_and_limits(tiny):
     assert runs[0] == runs[1] != runs[2]
     gen.reset()
     assert len(list(gen.generate(prompt, 100))) == 12 - 4 + 1  # stops when the context is full
+    for n in (7, 11):  # longer than the largest prefill bucket (6): fed as 6 + 1 and 6 + 5
+        gen.reset()
+        with torch.no_grad():
+            want = m(torch.tensor([list(range(n))])).logits[0, -1].numpy()
+        np.testing.assert_allclose(gen(list(range(n))), want, rtol=1e-4, atol=1e-4)
+        assert gen.pos == n
     gen.reset()
-    with pytest.raises(ContextError, match="7 tokens at once exceed the largest prefill "
-                                           r"bucket \(6 tokens\)"):
-        gen(list(range(7)))
     gen(list(range(6)))
     gen(list(range(6)))
     with pytest.raises(ContextError, match="12 \\+ 1 tokens exceed the context of 12"):
         gen([1])
+    gen.reset()
+    with pytest.raises(ContextError, match="0 \\+ 13 tokens exceed the context of 12"):
+        gen(list(range(13)))
+    assert gen.pos == 0  # nothing fed
 
 
 @pytest.fixture(scope="module")

@@ -27,8 +27,7 @@ from lumos.shape import sym
 
 
 class ContextError(LumosError, ValueError):
-    """Tokens that do not fit: a prompt longer than the largest prefill bucket, or more
-    tokens than the context holds."""
+    """Tokens that do not fit: none at all, or more tokens than the context holds."""
 
 
 @dataclass(frozen=True)
@@ -111,19 +110,20 @@ class Generator:
         self.pos = 0
 
     def __call__(self, ids: Sequence[int]) -> np.ndarray:
+        """The logits after the last of `ids`, fed after the context so far. More tokens
+        than the largest prefill bucket are fed in chunks of it (llama.cpp's `n_batch`)."""
         n = len(ids)
         if n == 0:
             raise ContextError("no tokens to feed")
-        if n > self.max_prefill:
-            raise ContextError(f"{n} tokens at once exceed the largest prefill bucket "
-                               f"({self.max_prefill} tokens)")
         if self.pos + n > self.max_context:
             raise ContextError(f"{self.pos} + {n} tokens exceed the context of "
                                f"{self.max_context} tokens")
-        self.program.set_data(self.tokens, np.asarray([ids], np.int64))
-        self.program.execute(dims={"p": self.pos})
-        carry_over(self.model, self.program, self._carries)
-        self.pos += n
+        for i in range(0, n, self.max_prefill):
+            chunk = ids[i:i + self.max_prefill]
+            self.program.set_data(self.tokens, np.asarray([chunk], np.int64))
+            self.program.execute(dims={"p": self.pos})
+            carry_over(self.model, self.program, self._carries)
+            self.pos += len(chunk)
         return self.program.get(self.logits)[0].copy()
 
     def generate(self, prompt: Sequence[int], max_tokens: int, sampling: Sampling = Sampling(),

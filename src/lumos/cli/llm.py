@@ -32,7 +32,8 @@ def add_llm_options(sp: argparse.ArgumentParser) -> None:
     sp.add_argument("--context", type=int, default=1024,
                     help="KV cache length in tokens (default 1024)")
     sp.add_argument("--max-prefill", type=int, default=512,
-                    help="most prompt tokens processed at once (default 512)")
+                    help="most prompt tokens processed at once; a longer prompt is fed in "
+                    "chunks of this many (default 512)")
     add_compile_options(sp)
 
 
@@ -98,10 +99,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     ids = tok.encode(text).ids
     if not ids:
         raise LumosError("the prompt is empty")
-    limit = min(args.max_prefill, args.context)
-    if len(ids) > limit:
-        raise LumosError(f"the prompt has {len(ids)} tokens; the largest prefill bucket holds "
-                         f"{limit} (raise --max-prefill / --context)")
+    if len(ids) > args.context:
+        raise LumosError(f"the prompt has {len(ids)} tokens; the context holds "
+                         f"{args.context} (raise --context)")
     gen = generator(args, pre, artifacts)
     sampling = Sampling(args.temperature, args.top_k, args.top_p, args.repetition_penalty,
                         args.seed)

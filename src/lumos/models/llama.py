@@ -1,6 +1,6 @@
-"""The Llama family (SmolLM2, Llama, Qwen2-style without biases): config, module tree
-with Hugging Face's names, and weights from GGUF (quantized tensors packed) or an HF
-folder.
+"""The Llama family as one config-driven decoder: Llama 2/3 (with Llama 3's rope
+scaling), Mistral, Qwen2 (q/k/v biases) and Qwen3 (per-head q/k norms). The module tree
+has Hugging Face's names; weights come from GGUF (quantized tensors packed) or an HF folder.
 
 `Llama(config, formats, max_context)` reads token ids (batch, seq) starting at position
 `start` (a dim: the tokens already in the KV cache) and returns the next-token logits
@@ -42,6 +42,37 @@ SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
 @dataclass(frozen=True)
+class Arch:
+    """What an architecture changes in the Llama layer, and how llama.cpp stores it."""
+
+    qkv_bias: bool = False  # biases on the q, k and v projections (Qwen2)
+    qk_norm: bool = False  # an RMSNorm of each head's q and k before the rope (Qwen3)
+    permuted: bool = False  # llama.cpp interleaved the q/k rows for its rope (Llama)
+
+
+# by GGUF `general.architecture` and Hugging Face `model_type`
+ARCHS = {"llama": Arch(permuted=True), "mistral": Arch(permuted=True),
+         "qwen2": Arch(qkv_bias=True), "qwen3": Arch(qk_norm=True)}
+
+
+def _arch(name: str, where: str) -> Arch:
+    if name not in ARCHS:
+        raise WeightError(f"{where}: architecture {name!r} is not supported "
+                          f"(supported: {', '.join(ARCHS)})")
+    return ARCHS[name]
+
+
+def llama3_divisors(head_dim: int, base: float, factor: float, low: float, high: float,
+                    original: int) -> np.ndarray:
+    """Llama 3's rope scaling as a divisor per frequency (llama.cpp's `rope_freqs`): long
+    wavelengths slowed by `factor`, short ones kept, a smooth blend between."""
+    inv = 1.0 / base ** (np.arange(0, head_dim, 2, dtype=np.float64) / head_dim)
+    wavelen = 2 * np.pi / inv
+    smooth = np.clip((original / wavelen - low) / (high - low), 0.0, 1.0)
+    return (1.0 / ((1 - smooth) / factor + smooth)).astype(np.float32)
+
+
+@dataclass(frozen=True)
 class LlamaConfig:
     vocab_size: int
     hidden_size: int
@@ -56,50 +87,86 @@ class LlamaConfig:
     tie_word_embeddings: bool
     bos_token_id: int | None = None
     eos_token_id: int | None = None
+    architecture: str = "llama"
+    qkv_bias: bool = False
+    o_bias: bool = False
+    qk_norm: bool = False
+    rope_divisors: tuple[float, ...] | None = None  # per frequency, head_dim / 2
+    sliding_window: int | None = None  # attention span (Mistral 7B v0.1); None: all
 
     @staticmethod
     def from_gguf(f: GGUFFile) -> LlamaConfig:
-        md = f.metadata
-        if f.architecture != "llama":
-            raise WeightError(f"{f.path}: architecture {f.architecture!r} is not llama")
-        if "llama.rope.scaling.type" in md or "rope_freqs.weight" in f:
-            raise WeightError(f"{f.path}: rope scaling is not supported")
-        def need(key: str) -> Any:
-            if f"llama.{key}" not in md:
-                raise WeightError(f"{f.path}: missing metadata llama.{key}")
-            return md[f"llama.{key}"]
+        md, name = f.metadata, f.architecture
+        arch = _arch(name, str(f.path))
+        a = f"{name}."
 
-        a = "llama."
+        def need(key: str) -> Any:
+            if a + key not in md:
+                raise WeightError(f"{f.path}: missing metadata {a}{key}")
+            return md[a + key]
+
         heads, d = int(need("attention.head_count")), int(need("embedding_length"))
+        head_dim = int(md.get(a + "attention.key_length",
+                              md.get(a + "rope.dimension_count", d // heads)))
+        theta = float(md.get(a + "rope.freq_base", 10000.0))
+        divisors = None
+        kind = str(md.get(a + "rope.scaling.type", "none"))
+        if kind == "linear":
+            divisors = (float(need("rope.scaling.factor")),) * (head_dim // 2)
+        elif kind != "none":
+            raise WeightError(f"{f.path}: rope scaling {kind!r} is not supported "
+                              "(supported: linear, Llama 3's rope_freqs)")
+        if "rope_freqs.weight" in f:
+            divisors = tuple(float(x) for x in np.asarray(f["rope_freqs.weight"]).ravel())
         return LlamaConfig(
             vocab_size=f.shape("token_embd.weight")[0],
             hidden_size=d, intermediate_size=int(need("feed_forward_length")),
             num_layers=int(need("block_count")), num_heads=heads,
             num_kv_heads=int(md.get(a + "attention.head_count_kv", heads)),
-            head_dim=int(md.get(a + "rope.dimension_count", d // heads)),
-            rms_norm_eps=float(need("attention.layer_norm_rms_epsilon")),
-            rope_theta=float(md.get(a + "rope.freq_base", 10000.0)),
-            max_position_embeddings=int(need("context_length")),
+            head_dim=head_dim, rms_norm_eps=float(need("attention.layer_norm_rms_epsilon")),
+            rope_theta=theta, max_position_embeddings=int(need("context_length")),
             tie_word_embeddings="output.weight" not in f,
             bos_token_id=md.get("tokenizer.ggml.bos_token_id"),
-            eos_token_id=md.get("tokenizer.ggml.eos_token_id"))
+            eos_token_id=md.get("tokenizer.ggml.eos_token_id"),
+            architecture=name, qkv_bias=arch.qkv_bias or "blk.0.attn_q.bias" in f,
+            o_bias="blk.0.attn_output.bias" in f, qk_norm=arch.qk_norm,
+            rope_divisors=divisors)
 
     @staticmethod
     def from_hf(cfg: Mapping[str, Any]) -> LlamaConfig:
-        if cfg.get("rope_scaling"):
-            raise WeightError(f"rope scaling {cfg['rope_scaling']} is not supported")
+        name = cfg.get("model_type", "llama")
+        arch = _arch(name, "config.json")
         heads, d = cfg["num_attention_heads"], cfg["hidden_size"]
+        head_dim = cfg.get("head_dim") or d // heads
+        theta = cfg.get("rope_theta", 10000.0)
+        divisors = None
+        if scaling := cfg.get("rope_scaling"):
+            kind = scaling.get("rope_type", scaling.get("type"))
+            if kind == "llama3":
+                divisors = tuple(llama3_divisors(
+                    head_dim, theta, scaling["factor"], scaling["low_freq_factor"],
+                    scaling["high_freq_factor"],
+                    scaling["original_max_position_embeddings"]).tolist())
+            elif kind == "linear":
+                divisors = (float(scaling["factor"]),) * (head_dim // 2)
+            elif kind != "default":
+                raise WeightError(f"config.json: rope scaling {scaling} is not supported "
+                                  "(supported: llama3, linear)")
+        window = cfg.get("sliding_window") if cfg.get("use_sliding_window", name == "mistral") \
+            else None
         eos = cfg.get("eos_token_id")
+        bias = bool(cfg.get("attention_bias", False))
         return LlamaConfig(
             vocab_size=cfg["vocab_size"], hidden_size=d,
             intermediate_size=cfg["intermediate_size"], num_layers=cfg["num_hidden_layers"],
             num_heads=heads, num_kv_heads=cfg.get("num_key_value_heads") or heads,
-            head_dim=cfg.get("head_dim") or d // heads, rms_norm_eps=cfg["rms_norm_eps"],
-            rope_theta=cfg.get("rope_theta", 10000.0),
+            head_dim=head_dim, rms_norm_eps=cfg["rms_norm_eps"], rope_theta=theta,
             max_position_embeddings=cfg["max_position_embeddings"],
             tie_word_embeddings=cfg.get("tie_word_embeddings", False),
             bos_token_id=cfg.get("bos_token_id"),
-            eos_token_id=eos[0] if isinstance(eos, list) else eos)
+            eos_token_id=eos[0] if isinstance(eos, list) else eos,
+            architecture=name, qkv_bias=arch.qkv_bias or bias, o_bias=bias,
+            qk_norm=arch.qk_norm, rope_divisors=divisors, sliding_window=window)
 
 
 class LlamaLayer(Module):
@@ -111,7 +178,8 @@ class LlamaLayer(Module):
         d, eps = c.hidden_size, c.rms_norm_eps
         self.input_layernorm = RMSNorm(d, eps, fmt.get("input_layernorm", "f32"))
         self.self_attn = Attention(d, c.num_heads, c.num_kv_heads, c.head_dim,
-                                   fmt=sub("self_attn."))
+                                   bias=c.qkv_bias, out_bias=c.o_bias, fmt=sub("self_attn."),
+                                   qk_norm=eps if c.qk_norm else None)
         self.post_attention_layernorm = RMSNorm(d, eps, fmt.get("post_attention_layernorm",
                                                                 "f32"))
         self.mlp = SwiGLU(d, c.intermediate_size, sub("mlp."))
@@ -130,6 +198,10 @@ class Llama(Module):
     def __init__(self, config: LlamaConfig, formats: Mapping[str, str] | None = None,
                  max_context: int = 2048, batch: int = 1) -> None:
         c, formats = config, formats or {}
+        if c.sliding_window is not None and max_context > c.sliding_window:
+            raise WeightError(f"{c.architecture}: a context of {max_context} tokens exceeds "
+                              f"the model's sliding attention window ({c.sliding_window}), "
+                              "which is not supported")
         self.config, self.max_context = c, max_context
         self.embed_tokens = Embedding(c.vocab_size, c.hidden_size,
                                       formats.get("embed_tokens.weight", "f32"))
@@ -141,7 +213,8 @@ class Llama(Module):
         if not c.tie_word_embeddings:
             self.lm_head = Linear(c.hidden_size, c.vocab_size, False,
                                   formats.get("lm_head.weight", "f32"))
-        self.rotary_emb = RotaryEmbedding(c.head_dim, max_context, c.rope_theta)
+        self.rotary_emb = RotaryEmbedding(c.head_dim, max_context, c.rope_theta,
+                                          c.rope_divisors)
         self.cache = ModuleList([KVCache(batch, c.num_kv_heads, max_context, c.head_dim)
                                  for _ in range(c.num_layers)])
 
@@ -163,6 +236,7 @@ GGUF_NAMES = {"token_embd": "embed_tokens", "output_norm": "norm", "output": "lm
 GGUF_LAYER_NAMES = {
     "attn_norm": "input_layernorm", "attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj",
     "attn_v": "self_attn.v_proj", "attn_output": "self_attn.o_proj",
+    "attn_q_norm": "self_attn.q_norm", "attn_k_norm": "self_attn.k_norm",
     "ffn_norm": "post_attention_layernorm", "ffn_gate": "mlp.gate_proj",
     "ffn_up": "mlp.up_proj", "ffn_down": "mlp.down_proj"}
 
@@ -190,14 +264,18 @@ def gguf_state(f: GGUFFile, c: LlamaConfig) -> tuple[dict[str, np.ndarray | Pack
     """(state, formats) by Hugging Face name, q/k rows un-permuted."""
     state: dict[str, np.ndarray | Packed] = {}
     formats: dict[str, str] = {}
+    permuted = ARCHS[c.architecture].permuted
     for name in f:
+        if name == "rope_freqs.weight":  # in the config
+            continue
         try:
             hf = hf_name(name)
         except KeyError:
-            raise WeightError(f"{f.path}: unexpected tensor {name} for a llama model") from None
+            raise WeightError(f"{f.path}: unexpected tensor {name} for a {c.architecture} "
+                              "model") from None
         formats[hf], value = f.fmt(name), f[name]
         heads = {"q_proj": c.num_heads, "k_proj": c.num_kv_heads}.get(hf.split(".")[-2])
-        if heads is not None:
+        if heads is not None and permuted:
             rows = unpermute_rows(heads, f.shape(name)[0])
             value = value.rows(rows) if isinstance(value, Packed) else value[rows]
         state[hf] = value

@@ -107,8 +107,15 @@ class RotaryEmbedding(Module):
     cos and sin (max_positions, head_dim), computed like transformers' default rope and
     bound as buffers; positions are a start (int or dim expression) or an int tensor."""
 
-    def __init__(self, head_dim: int, max_positions: int, base: float = 10000.0) -> None:
+    def __init__(self, head_dim: int, max_positions: int, base: float = 10000.0,
+                 divisors: Sequence[float] | None = None) -> None:
+        """`divisors` (head_dim / 2) scale each frequency down (llama.cpp's `rope_freqs`:
+        Llama 3's long-context rope, or a linear factor repeated)."""
         self.head_dim, self.max_positions, self.base = head_dim, max_positions, base
+        self.divisors = None if divisors is None else np.asarray(divisors, np.float32)
+        if self.divisors is not None and self.divisors.shape != (head_dim // 2,):
+            raise ValueError(f"rope: {self.divisors.shape[0]} frequency divisors for a head "
+                             f"of {head_dim} (want {head_dim // 2})")
         self.cos = Param((max_positions, head_dim), default=lambda: self.tables()[0])
         self.sin = Param((max_positions, head_dim), default=lambda: self.tables()[1])
 
@@ -116,6 +123,8 @@ class RotaryEmbedding(Module):
         d = self.head_dim
         inv_freq = np.float32(1.0) / np.float32(self.base) ** (
             np.arange(0, d, 2).astype(np.float32) / np.float32(d))
+        if self.divisors is not None:
+            inv_freq = inv_freq / self.divisors
         freqs = np.arange(self.max_positions, dtype=np.float32)[:, None] * inv_freq[None, :]
         emb = np.concatenate([freqs, freqs], axis=-1)
         return np.cos(emb).astype(np.float32), np.sin(emb).astype(np.float32)
@@ -183,9 +192,15 @@ class Attention(Module):
     def __init__(self, dim: int, n_heads: int, n_kv_heads: int | None = None,
                  head_dim: int | None = None, bias: bool = False, out_bias: bool = False,
                  fmt: Fmts = "f32", kv_dim: int | None = None,
-                 out_name: str = "o_proj") -> None:
+                 out_name: str = "o_proj", qk_norm: float | None = None) -> None:
+        """`qk_norm`: the eps of an RMSNorm of each head's queries and keys before the
+        rope (Qwen3's `q_norm`/`k_norm`); None: no such norm."""
         self.n_heads, self.n_kv_heads = n_heads, n_kv_heads or n_heads
         self.head_dim = head_dim or dim // n_heads
+        self.q_norm = self.k_norm = None
+        if qk_norm is not None:
+            self.q_norm = RMSNorm(self.head_dim, qk_norm, _pick(fmt, "q_norm"))
+            self.k_norm = RMSNorm(self.head_dim, qk_norm, _pick(fmt, "k_norm"))
         kv_in, hq, hk = kv_dim or dim, n_heads * self.head_dim, self.n_kv_heads * self.head_dim
         self.q_proj = Linear(dim, hq, bias, _pick(fmt, "q_proj"))
         self.k_proj = Linear(kv_in, hk, bias, _pick(fmt, "k_proj"))
@@ -206,6 +221,8 @@ class Attention(Module):
         q = self._heads(self.q_proj(x), self.n_heads)
         k = self._heads(self.k_proj(src), self.n_kv_heads)
         v = self._heads(self.v_proj(src), self.n_kv_heads)
+        if self.q_norm is not None and self.k_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
         if rope is not None:
             pos = start if positions is None else positions
             q, k = rope(q, pos), rope(k, pos)
