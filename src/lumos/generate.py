@@ -11,7 +11,7 @@ compiles its default program (no search) for all of them.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Collection, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -164,6 +164,16 @@ def chat_prompt(template: str, user: str, bos_token: str = "", eos_token: str = 
                 system: str | None = None) -> str:
     """A single-turn chat rendered with the model's Jinja chat template, as transformers
     renders it (ending with the assistant's turn opened)."""
+    messages = ([{"role": "system", "content": system}] if system else []) + \
+        [{"role": "user", "content": user}]
+    return render_chat(template, messages, bos_token, eos_token)
+
+
+def render_chat(template: str, messages: Sequence[Mapping[str, Any]], bos_token: str = "",
+                eos_token: str = "") -> str:
+    """`messages` ({"role", "content"} each) rendered with a Jinja chat template, as
+    transformers renders them, the assistant's turn opened."""
+    from jinja2.exceptions import TemplateError
     from jinja2.sandbox import ImmutableSandboxedEnvironment
 
     def raise_exception(message: str) -> None:
@@ -171,7 +181,9 @@ def chat_prompt(template: str, user: str, bos_token: str = "", eos_token: str = 
 
     env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
     env.globals["raise_exception"] = raise_exception
-    messages = ([{"role": "system", "content": system}] if system else []) + \
-        [{"role": "user", "content": user}]
-    return env.from_string(template).render(messages=messages, add_generation_prompt=True,
-                                            bos_token=bos_token, eos_token=eos_token)
+    try:
+        return env.from_string(template).render(messages=list(messages),
+                                                add_generation_prompt=True,
+                                                bos_token=bos_token, eos_token=eos_token)
+    except TemplateError as e:
+        raise ValueError(f"chat template: {e}") from None

@@ -1,6 +1,7 @@
-"""GGUF: packed Q8_0 / Q4_0 / Q4_1 tensors dequantized in the graph equal gguf's numpy
-dequantization exactly (synthetic files written with the gguf package, and real SmolLM2
-tensors); dense tensors, metadata and bad files."""
+"""GGUF: packed tensors of every supported quantization type dequantized in the graph
+equal gguf's numpy dequantization exactly (synthetic files written with the gguf package:
+quantized by it where it can, random blocks where it cannot, and real SmolLM2 tensors);
+dense tensors, metadata and bad files."""
 
 from __future__ import annotations
 
@@ -13,10 +14,25 @@ import lumos
 from lumos import nn
 from lumos.dtype import bf16_to_f32
 from lumos.io import GGUFFile, WeightError
+from lumos.nn.quant import FORMATS
 
-QUANTS = ("Q8_0", "Q4_0", "Q4_1")
+QUANTS = tuple(FORMATS)
 RNG = np.random.default_rng(0)
-SHAPES = {"mat": (6, 96), "cube": (2, 3, 64)}
+SHAPES = {"mat": (6, 512), "cube": (2, 3, 256)}
+
+
+def random_blocks(qtype: str, shape: tuple[int, ...]) -> np.ndarray:
+    """Raw blocks of `qtype` holding `shape`: random bytes, f16 scales of a real model's
+    size (any bytes are valid quants: the types the package cannot quantize are tested
+    so)."""
+    fmt = FORMATS[qtype]
+    rows, n = int(np.prod(shape[:-1])), shape[-1]
+    blocks = RNG.integers(0, 256, (rows * n // fmt.block, fmt.block_bytes), np.uint8) \
+        .reshape(-1).view(fmt.numpy_block())
+    for p, dt, _ in fmt.fields:
+        if dt is lumos.f16:
+            blocks[p] = (RNG.standard_normal(blocks.shape) * 0.01).astype(np.float16)
+    return blocks.view(np.uint8).reshape(*shape[:-1], -1)
 
 
 def write(path, tensors: dict[str, tuple[np.ndarray, Q]], **kv) -> None:
@@ -26,6 +42,8 @@ def write(path, tensors: dict[str, tuple[np.ndarray, Q]], **kv) -> None:
     for name, (data, kind) in tensors.items():
         if kind in (Q.F32, Q.F16):
             w.add_tensor(name, data.astype(np.float32 if kind == Q.F32 else np.float16))
+        elif data.dtype == np.uint8:  # raw blocks
+            w.add_tensor(name, data, raw_dtype=kind)
         else:
             w.add_tensor(name, gguf.quants.quantize(data, kind), raw_dtype=kind)
     w.write_header_to_file()
@@ -39,7 +57,14 @@ def synthetic(tmp_path_factory):
     path = tmp_path_factory.mktemp("gguf") / "s.gguf"
     data = {k: (RNG.standard_normal(s) * 3).astype(np.float32) for k, s in SHAPES.items()}
     data["mat"][0, :32] = 0.0  # an all-zero block (scale 0)
-    tensors = {f"{k}.{q}": (a, Q[q]) for k, a in data.items() for q in QUANTS}
+    tensors = {}
+    for k, a in data.items():
+        for q in QUANTS:
+            try:
+                gguf.quants.quantize(a[..., :FORMATS[q].block], Q[q])
+                tensors[f"{k}.{q}"] = (a, Q[q])
+            except NotImplementedError:
+                tensors[f"{k}.{q}"] = (random_blocks(q, a.shape), Q[q])
     tensors |= {f"{k}.{t}": (a, Q[t]) for k, a in data.items() for t in ("F32", "F16", "BF16")}
     write(path, tensors, **{"general.name": "tiny", "llama.block_count": 2})
     return GGUFFile(path), data
@@ -93,19 +118,19 @@ def test_packed_linear_and_embedding(synthetic, qtype):
     """Modules with packed weights: the graph reads the packed parts, never a dense copy."""
     f, _ = synthetic
     packed = f[f"mat.{qtype}"]
-    w = gguf.quants.dequantize(*raw(f, f"mat.{qtype}")).reshape(6, 96)
-    lin, emb = nn.Linear(96, 6, fmt=qtype), nn.Embedding(6, 96, fmt=qtype)
+    w = gguf.quants.dequantize(*raw(f, f"mat.{qtype}")).reshape(6, 512)
+    lin, emb = nn.Linear(512, 6, fmt=qtype), nn.Embedding(6, 512, fmt=qtype)
     holder = nn.Module()
     holder.lin, holder.emb = lin, emb
     g = lumos.Graph()
-    x, ids = g.tensor((2, 96), name="x"), g.tensor((3,), lumos.i64, name="ids")
+    x, ids = g.tensor((2, 512), name="x"), g.tensor((3,), lumos.i64, name="ids")
     y, e = lin(x).output(), emb(ids).output()
     assert all(g.nodes[i].dtype is not lumos.f32 for n, i in g.inputs.items()
                if n.endswith(".qs"))
     prog = g.compile(lumos.ReferenceRuntime())
     bound = nn.load_state(holder, prog, {"lin.weight": packed, "emb.weight": packed})
     assert bound == 2 * packed.nbytes < w.nbytes
-    xv, iv = RNG.standard_normal((2, 96)).astype(np.float32), np.array([5, 0, 5])
+    xv, iv = RNG.standard_normal((2, 512)).astype(np.float32), np.array([5, 0, 5])
     prog.set_data(x, xv)
     prog.set_data(ids, iv)
     prog.execute()
@@ -115,11 +140,11 @@ def test_packed_linear_and_embedding(synthetic, qtype):
 
 def test_bad_files(synthetic, tmp_path):
     f, data = synthetic
-    q5 = tmp_path / "q5.gguf"
-    write(q5, {"blk.0.attn_q.weight": (data["mat"], Q.Q5_0)})
-    with pytest.raises(WeightError, match=r"q5.gguf: tensor blk.0.attn_q.weight has "
-                                          r"unsupported type Q5_0 \(supported: .*Q4_1\)"):
-        GGUFFile(q5)["blk.0.attn_q.weight"]
+    q2 = tmp_path / "q2.gguf"
+    write(q2, {"blk.0.attn_q.weight": (np.zeros((6, 2 * 84), np.uint8), Q.Q2_K)})
+    with pytest.raises(WeightError, match=r"q2.gguf: tensor blk.0.attn_q.weight has "
+                                          r"unsupported type Q2_K \(supported: .*Q6_K\)"):
+        GGUFFile(q2)["blk.0.attn_q.weight"]
     short = tmp_path / "short.gguf"
     short.write_bytes(f.path.read_bytes()[:-100])
     with pytest.raises(WeightError, match="short.gguf: truncated"):

@@ -5,6 +5,7 @@ the models, never the reverse.
     lumos bench smollm2
     lumos embed minilm "a sentence" "another"
     lumos compile smollm2 -o smollm2.lar        # then: lumos run smollm2.lar "Hello"
+    lumos serve smollm2 --port 8000             # the OpenAI HTTP API
     lumos viz graph.py -o graph.html
     lumos info
 """
@@ -73,18 +74,19 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("model", help=known)
     c.add_argument("-o", "--output", required=True, help="the artifact file to write")
     add_llm_options(c)
-    from lumos.cli import info, viz
+    from lumos.cli import info, serve, viz
 
+    serve.add_parser(sub)
     viz.add_parser(sub)
     info.add_parser(sub)
     return p
 
 
 def _command(args: argparse.Namespace) -> Callable[[argparse.Namespace], int]:
-    from lumos.cli import info, llm, ship, viz
+    from lumos.cli import info, llm, serve, ship, viz
 
     return {"run": llm.cmd_run, "bench": llm.cmd_bench, "compile": ship.cmd_compile,
-            "viz": viz.cmd_viz, "info": info.cmd_info}[args.command]
+            "serve": serve.cmd_serve, "viz": viz.cmd_viz, "info": info.cmd_info}[args.command]
 
 
 def main(argv: Sequence[str] | None = None) -> int:

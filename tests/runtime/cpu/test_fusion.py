@@ -164,13 +164,13 @@ def test_rule_offers_the_producer_inline() -> None:
 def quantized_gemv(qtype: str, dtype: lumos.DType = lumos.f32, padded: bool = False):
     """x @ W.T with W packed as `qtype` (dequantized in the graph), `dtype` activations
     (`padded`: x read with a zero row after its two, so its loads are guarded)."""
-    from lumos.nn.quant import FORMATS, dequantize
+    from lumos.nn.quant import FORMATS, dequantize, part_dtypes, part_shapes
 
     def make(g: lumos.Graph) -> lumos.Tensor:
-        fmt, rows, blocks = FORMATS[qtype], 5, 3
-        parts = {p: g.tensor((rows, blocks), lumos.f16, p) for p in fmt.parts[:-1]}
-        parts["qs"] = g.tensor((rows, blocks, fmt.quant_bytes), fmt.quant, "qs")
-        x = g.tensor((2, blocks * 32), dtype, "x")
+        n = 3 * FORMATS[qtype].block
+        dts = part_dtypes(qtype)
+        parts = {p: g.tensor(s, dts[p], p) for p, s in part_shapes(qtype, (5, n)).items()}
+        x = g.tensor((2, n), dtype, "x")
         x = x.pad((0, 0, 0, 1)) if padded else x
         return x.to(lumos.f32) @ dequantize(qtype, parts).T
     return make
@@ -192,6 +192,18 @@ def test_block_reductions_are_written_as_vectors(qtype: str, dtype: lumos.DType,
     run_genome(g, space, genome)
     rng = random.Random(2)  # partly fused: loads guarded by the stacked nibble halves
     for _ in range(6):
+        run_genome(g, space, Genomes(space).random(rng))
+
+
+@pytest.mark.parametrize("qtype", ["Q5_0", "Q5_1", "Q4_K", "Q5_K", "Q6_K"])
+def test_the_other_packed_formats_through_the_generated_c(qtype: str) -> None:
+    """The formats with high bits and sub-block scales: fused, and fused in part, their
+    products compute what the oracle computes."""
+    g = graph(quantized_gemv(qtype))
+    space = space_of(g)
+    run_genome(g, space, fused(space))
+    rng = random.Random(3)
+    for _ in range(4):
         run_genome(g, space, Genomes(space).random(rng))
 
 
