@@ -56,9 +56,11 @@ def permute(w: np.ndarray, heads: int) -> np.ndarray:
         .reshape(w.shape)
 
 
-def write_gguf(m: torch.nn.Module, case: str, path) -> dict[str, np.ndarray]:
-    """`m` as llama.cpp would write it; returns the weights as the file holds them after
-    dequantization (by transformers' names), the reference's weights."""
+def write_gguf(m: torch.nn.Module, case: str, path, kinds: list | None = None
+               ) -> dict[str, np.ndarray]:
+    """`m` as llama.cpp would write it, its matrices quantized to `kinds` in turn; returns
+    the weights as the file holds them after dequantization (by transformers' names), the
+    reference's weights."""
     import gguf
     from gguf import GGMLQuantizationType as Q
 
@@ -82,7 +84,7 @@ def write_gguf(m: torch.nn.Module, case: str, path) -> dict[str, np.ndarray]:
         base = 1.0 / c.rope_theta ** (np.arange(0, head, 2, dtype=np.float64) / head)
         w.add_tensor("rope_freqs.weight", (base / rotary.inv_freq.double().numpy())
                      .astype(np.float32))
-    kinds = [Q.Q8_0, Q.Q4_0, Q.F16, Q.Q4_1]
+    kinds = kinds or [Q.Q8_0, Q.Q4_0, Q.F16, Q.Q4_1]
     ref = {}
     for i, (name, t) in enumerate(m.state_dict().items()):
         if c.tie_word_embeddings and name == "lm_head.weight":
@@ -93,7 +95,7 @@ def write_gguf(m: torch.nn.Module, case: str, path) -> dict[str, np.ndarray]:
             name.split(".")[-2])
         stored = permute(a, heads) if heads and arch == "llama" else a
         key = name.removeprefix("model.")
-        if a.ndim == 1:
+        if a.ndim == 1 or kinds[i % len(kinds)] == Q.F32:
             w.add_tensor(gname, stored)
             ref[key] = a
         else:

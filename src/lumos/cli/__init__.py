@@ -74,19 +74,21 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("model", help=known)
     c.add_argument("-o", "--output", required=True, help="the artifact file to write")
     add_llm_options(c)
-    from lumos.cli import info, serve, viz
+    from lumos.cli import info, quantize, serve, viz
 
     serve.add_parser(sub)
+    quantize.add_parser(sub)
     viz.add_parser(sub)
     info.add_parser(sub)
     return p
 
 
 def _command(args: argparse.Namespace) -> Callable[[argparse.Namespace], int]:
-    from lumos.cli import info, llm, serve, ship, viz
+    from lumos.cli import info, llm, quantize, serve, ship, viz
 
     return {"run": llm.cmd_run, "bench": llm.cmd_bench, "compile": ship.cmd_compile,
-            "serve": serve.cmd_serve, "viz": viz.cmd_viz, "info": info.cmd_info}[args.command]
+            "serve": serve.cmd_serve, "quantize": quantize.cmd_quantize,
+            "viz": viz.cmd_viz, "info": info.cmd_info}[args.command]
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -92,6 +92,15 @@ class Packed:
         blocks = blocks.reshape(*lead, n // fmt.block)
         return Packed(qtype, tuple(shape), {p: blocks[p] for p in fmt.parts})
 
+    def raw(self) -> np.ndarray:
+        """The block bytes (rows..., blocks * block_bytes), as a GGUF file stores them."""
+        fmt = FORMATS[self.qtype]
+        *lead, n = self.shape
+        blocks = np.empty((*lead, n // fmt.block), fmt.numpy_block())
+        for p in fmt.parts:
+            blocks[p] = self.parts[p]
+        return blocks.view(np.uint8).reshape(*lead, -1)
+
     def rows(self, index: np.ndarray) -> Packed:
         """The rows (first axis) at `index`, in that order."""
         return Packed(self.qtype, self.shape, {k: v[index] for k, v in self.parts.items()})
