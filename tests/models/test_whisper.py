@@ -169,6 +169,6 @@ def test_kv_cache_steps_equal_a_full_recompute(transcriber: whisper.Transcriber,
 @pytest.mark.slow
 def test_cli(capsys: pytest.CaptureFixture[str]) -> None:
     require(whisper.PACKAGE)
-    assert cli.main(["transcribe", "whisper", str(CLIP)]) == 0
+    assert cli.main(["transcribe", "whisper", str(CLIP), "--search", "2"]) == 0
     out = capsys.readouterr().out
     assert out.startswith(f"{CLIP}: The quick brown fox")
