@@ -1,4 +1,5 @@
-"""Benchmark: GEMV y = x @ W.T, x (1, 4096), W (4096, 4096) as f32 and packed Q8_0 / Q4_1.
+"""Benchmark: GEMV y = x @ W.T, x (1, 4096), W (4096, 4096) as f32 and packed in each GGUF
+block format (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K; `--qtypes` picks).
 
 A decode step of a quantized LLM is a chain of such products: each weight byte is read
 once per token, so the measure is the weight bytes read per second against the machine's
@@ -16,6 +17,7 @@ threads that spin-wait lose their time slices on a shared machine, so OMP_WAIT_P
 defaults to passive here (recorded in the JSON). Writes results/gemv.json.
 
     .venv/bin/python benchmarks/gemv.py [--n 4096] [--k 4096] [--repeats 25] [--limit 8]
+        [--qtypes Q8_0,Q4_K]
 """
 
 from __future__ import annotations
@@ -31,18 +33,20 @@ import numpy as np
 from common import evict_caches, median_time, openblas_core, read_bandwidth
 
 import lumos
-from lumos.nn.quant import Packed, dequantize, part_dtypes
+from lumos.io.quantize import quantize
+from lumos.nn.quant import FORMATS, Packed, dequantize, part_dtypes
 
-QTYPES = ("Q8_0", "Q4_1")
+QTYPES = tuple(FORMATS)
 
 
 def quantized(w: np.ndarray, qtype: str) -> tuple[Packed, np.ndarray]:
-    """`w` packed as `qtype`, and gguf's numpy dequantization of it (the reference)."""
+    """`w` packed as `qtype` (lumos.io.quantize), and gguf's numpy dequantization of it
+    (the reference)."""
     import gguf
 
+    packed = quantize(qtype, w)
     kind = gguf.GGMLQuantizationType[qtype]
-    raw = gguf.quants.quantize(w, kind)
-    return Packed.from_blocks(qtype, raw, w.shape), gguf.quants.dequantize(raw, kind)
+    return packed, gguf.quants.dequantize(packed.raw(), kind).reshape(w.shape)
 
 
 def lumos_case(x: np.ndarray, weight: np.ndarray | Packed, limit: int,
@@ -97,6 +101,7 @@ def main() -> None:
     ap.add_argument("--k", type=int, default=4096, help="input features (a multiple of 32)")
     ap.add_argument("--repeats", type=int, default=25)
     ap.add_argument("--limit", type=int, default=8, help="search: candidates to time")
+    ap.add_argument("--qtypes", default=",".join(QTYPES), help="packed formats to time")
     args = ap.parse_args()
     import torch
     import torch.nn.functional as F
@@ -125,7 +130,8 @@ def main() -> None:
     }
     weights: dict[str, tuple[np.ndarray | Packed, np.ndarray, int]] = {
         "f32": (w32, w32, w32.nbytes)}
-    for q in QTYPES:
+    qtypes = args.qtypes.split(",")
+    for q in qtypes:
         packed, ref = quantized(w32, q)
         weights[q] = (packed, ref, packed.nbytes)
     for name, (weight, ref, nbytes) in weights.items():
@@ -142,7 +148,7 @@ def main() -> None:
         c["speedup_vs_lumos_f32"] = f32_s / c["lumos_s"]
     f32 = r["cases"]["f32"]
     f32["meets_target"] = f32["fraction_of_read"] >= 0.8
-    for q in QTYPES:
+    for q in qtypes:
         r["cases"][q]["meets_target"] = r["cases"][q]["speedup_vs_lumos_f32"] >= 2.5
 
     print(f"GEMV (1, {args.k}) @ ({args.n}, {args.k}).T, {r['cpus']} CPUs (load average "

@@ -17,8 +17,8 @@ layouts (the `gguf` package's dequantizers are the reference, `tests/io/test_ggu
   j. Q6_K `ql[128], qh[64], scales[16], d` (int8 scales, 16 sub-blocks of 16): x =
   d*scale*(q - 32), q the 4 bits of ql and 2 bits of qh.
 
-The scales are f16; every step is exact in f32 (bit fields as differences of remainders,
-powers of two), in the reference's order of rounding, so the result is bit-exact.
+The scales are f16; every step is exact in f32 (bit fields by powers of two and
+truncation), in the reference's order of rounding, so the result is bit-exact.
 """
 
 from __future__ import annotations
@@ -28,9 +28,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from lumos.dtype import DType, f16, f32, i8, u8
+from lumos.dtype import DType, f16, f32, i8, i32, u8
 from lumos.errors import ShapeError
-from lumos.frontend.tensor import Tensor, stack
+from lumos.frontend.tensor import Tensor, iota, stack
+from lumos.shape import z
 
 
 @dataclass(frozen=True)
@@ -121,14 +122,27 @@ def part_dtypes(qtype: str) -> dict[str, DType]:
 
 
 def bits(x: Tensor, shifts: Sequence[int], width: int) -> Tensor:
-    """Bits shift..shift+width of each byte of x (..., n), for each shift: (..., shifts, n)
-    f32 (exact: a difference of two remainders, times a power of two)."""
-    out = []
-    for s in shifts:
-        top = x.fmod(2 ** (s + width)) if s + width < 8 else x
-        field = (top - x.fmod(2 ** s)).to(f32) if s else top.to(f32)
-        out.append(field * 2.0 ** -s if s else field)
-    return stack(out, -2)
+    """Bits shift..shift+width of each byte of x (..., n), for each of `shifts` (evenly
+    spaced): (..., shifts, n) f32. Two fields are stacked; more are one loop over the
+    rows, each shifted by its own power of two: floor(x * 2^-shift) (exact), its low
+    `width` bits (stacked, each row would be a guarded term of every element)."""
+    shifts = list(shifts)
+    if len(shifts) <= 2:  # a pair of remainders each: cheaper than the per-row shift
+        return stack([_field(x, s, width) for s in shifts], -2)
+    step = shifts[1] - shifts[0]
+    if shifts != [shifts[0] + step * k for k in range(len(shifts))]:
+        raise ValueError(f"bits: shifts {shifts} are not evenly spaced")
+    scale = iota(x.graph, -step * z(0) - shifts[0], (len(shifts), 1), i32).to(f32).exp2()
+    field = (x.unsqueeze(-2).to(f32) * scale).to(i32)
+    if shifts != [8 - width]:  # (the top field of a byte needs no remainder)
+        field = field.fmod(1 << width)
+    return field.to(f32)
+
+
+def _field(x: Tensor, s: int, width: int) -> Tensor:
+    """Bits s..s+width of x as f32: the difference of two remainders, times 2^-s."""
+    top = x.fmod(2 ** (s + width)) if s + width < 8 else x
+    return (top - x.fmod(2 ** s)).to(f32) * 2.0 ** -s if s else top.to(f32)
 
 
 def dequantize(qtype: str, parts: Mapping[str, Tensor]) -> Tensor:
@@ -140,7 +154,7 @@ def dequantize(qtype: str, parts: Mapping[str, Tensor]) -> Tensor:
     d = parts["d"].to(f32)
     if qtype in ("Q5_0", "Q5_1"):
         q = bits(parts["qs"], (0, 4), 4).reshape(*lead, nb, 32)
-        hi = bits(parts["qh"], range(8), 1).transpose(-2, -1).reshape(*lead, nb, 32)
+        hi = bits(parts["qh"].unsqueeze(-1), range(8), 1).reshape(*lead, nb, 32)  # byte, bit
         q = q + hi * 16.0
         if qtype == "Q5_0":
             return (d.unsqueeze(-1) * (q - 16.0)).reshape(*lead, nb * 32)

@@ -107,6 +107,27 @@ def cpu_id() -> str:
 
 
 @cache
+def macros() -> str:
+    """The C compiler's predefined macros under FLAGS (what -march=native targets here);
+    empty when it cannot be asked."""
+    try:
+        return subprocess.run([*shlex.split(os.environ.get("CC") or "cc"), *FLAGS, "-dM",
+                               "-E", "-x", "c", os.devnull], capture_output=True, text=True,
+                              timeout=60).stdout
+    except (OSError, subprocess.SubprocessError):
+        return ""
+
+
+@cache
+def vector_bytes() -> int:
+    """The width of the vector registers FLAGS target: 64 (AVX-512F), 32 (AVX), else 16
+    (SSE, NEON). GCC's vector types wider than this are split, and some of their
+    operations go lane by lane through memory."""
+    m = macros()
+    return 64 if "#define __AVX512F__ 1" in m else 32 if "#define __AVX__ 1" in m else 16
+
+
+@cache
 def amx() -> bool:
     """Whether products can run on AMX tiles here (codegen's lumos_gemm_amx): x86-64 Linux
     granting this process the tiles' state (ARCH_REQ_XCOMP_PERM; each compiled program's
@@ -117,13 +138,10 @@ def amx() -> bool:
     try:
         if ctypes.CDLL(None).syscall(158, 0x1023, 18) != 0:  # SYS_arch_prctl, XTILEDATA
             return False
-        out = subprocess.run([*shlex.split(os.environ.get("CC") or "cc"), *FLAGS, "-dM",
-                              "-E", "-x", "c", os.devnull], capture_output=True, text=True,
-                             timeout=60).stdout
-    except (OSError, AttributeError, subprocess.SubprocessError):
+    except (OSError, AttributeError):
         return False
-    return all(f"#define {m} 1" in out for m in ("__AMX_TILE__", "__AMX_BF16__",
-                                                 "__AVX512BF16__"))
+    return all(f"#define {m} 1" in macros() for m in ("__AMX_TILE__", "__AMX_BF16__",
+                                                      "__AVX512BF16__"))
 
 
 def compile_source(source: str) -> Path:

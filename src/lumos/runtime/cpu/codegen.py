@@ -35,7 +35,7 @@ from lumos.dtype import DType, bf16, f16, f32, from_numpy_value
 from lumos.graph import live_nodes
 from lumos.hlir import UNARY, Node
 from lumos.logs import enabled
-from lumos.runtime.cpu.cc import Unit, UnsupportedProgram
+from lumos.runtime.cpu.cc import Unit, UnsupportedProgram, vector_bytes
 from lumos.runtime.cpu.kernels import (
     ROWS_MAX_M,
     Apply,
@@ -75,7 +75,6 @@ PARALLEL_MIN = 1 << 15  # below this many elements of work a kernel runs on one 
 # product's few hundred outputs still spread over every core
 REDUCE_BLOCK, REDUCE_BLOCK_MIN_LENGTH = 16, 64
 OUTER_BLOCK = 256  # outputs per accumulator block of a reduction run outside their loop
-VECTOR_LANES = 16  # lanes of a vector-written reduction: 16 floats, one AVX-512 register
 MAX_LANES = 64  # a split reduction's innermost loop up to this long keeps per-lane results
 MAX_UNROLL = 4  # copies of a split reduction's inner loop, one per value of its tiny loops
 SHORT_REDUCE = 16  # a reduction this short is written out, one step per element (pools)
@@ -1043,15 +1042,18 @@ class _Codegen:
             n_lanes = lanes * len(combos)
             if vector:
                 try:  # the lanes as vectors of (at most) one register each
-                    width, copies = min(lanes, VECTOR_LANES), []
+                    register = vector_bytes() // 4  # floats in this machine's registers
+                    width, copies = min(lanes, register), []
                     per = lanes // width
                     for c, mc in enumerate(cases):
                         rs, stmts = _Scope("zr", rb, self._name), []
                         a, done = f"lv[{c * per} + zr / {width}]", {}
                         factors = self.fma_factors(b, mc, shape, rs, stmts, done, width) \
-                            if acc_t == "float" and width == VECTOR_LANES else None
+                            if acc_t == "float" and width in (8, 16) and width == register \
+                            else None
                         if factors:
-                            add = f"{a} = LUMOS_FMA_F32X16({factors[0]}, {factors[1]}, {a});"
+                            add = f"{a} = LUMOS_FMA_F32X{width}({factors[0]}, " \
+                                  f"{factors[1]}, {a});"
                         else:
                             x = self.vector(b, mc, shape, rs, stmts, done, width)[0]
                             add = f"{a} += {x};"

@@ -40,6 +40,14 @@ typedef short lumos_v8hi __attribute__((vector_size(16)));
 #else
 #define LUMOS_FMA_F32X16(a, b, c) ((c) + (a) * (b))
 #endif
+/* ... and for 8 floats (an AVX2 register) */
+#if defined(__FMA__) && defined(LUMOS_X86_BUILTINS)
+#define LUMOS_FMA_F32X8(a, b, c) ((__typeof__(c))__builtin_ia32_vfmaddps256((a), (b), (c)))
+#elif defined(__FMA__)
+#define LUMOS_FMA_F32X8(a, b, c) ((__typeof__(c))_mm256_fmadd_ps((a), (b), (c)))
+#else
+#define LUMOS_FMA_F32X8(a, b, c) ((c) + (a) * (b))
+#endif
 
 /* 2^x for floats without branches, so a loop of it vectorizes whatever its inputs hold:
    glibc's vector exp2f computes the lanes out of its range (a mask's -inf, -200) one at a
