@@ -38,6 +38,7 @@ threads (a step took 23.8 ms on 2 threads vs 8.2 ms with spinning, 12.3 ms on 1 
 Writes results/models.json. A full run takes 10-20 minutes on 2 cores.
 
     .venv/bin/python benchmarks/models.py [--models smollm2 minilm mobilenet]
+        [--gguf FILE] [--context 256]
         [--runtime cpu|reference] [--search 2] [--rounds 3] [--peers ...]
 """
 
@@ -59,7 +60,7 @@ from common import interleaved, keep_freed_memory, median_time, openblas_core, r
 
 from lumos.search import CompileOptions
 
-PROMPT, PREFILL, DECODE, CONTEXT = 16, 128, 32, 256
+PROMPT, PREFILL, DECODE = 16, 128, 32
 MINILM_BATCH, MINILM_SEQ, MOBILENET_BATCH = 32, 128, 8
 PEERS = ("llama.cpp", "eager", "inductor", "onnxruntime")
 # measure -> (unit, whether higher is better)
@@ -143,13 +144,13 @@ def inductor(fn: Callable, *args: Any) -> tuple[Callable, float]:
 # -- SmolLM2 --------------------------------------------------------------------------------
 
 def hf_llm(m: Any, prompt: list[int], prefill: list[int], steps: list[int],
-           rounds: int) -> dict:
+           rounds: int, context: int) -> dict:
     """transformers' prefill latency (one forward, no cache) and decode tok/s (a static
     cache: the prompt, then one token per step), logits of the last token only."""
     import torch
     from transformers import StaticCache
 
-    cache = StaticCache(config=m.config, max_cache_len=CONTEXT)
+    cache = StaticCache(config=m.config, max_cache_len=context)
     ids = torch.tensor([prefill])
 
     def decode() -> float:
@@ -173,7 +174,7 @@ def hf_llm(m: Any, prompt: list[int], prefill: list[int], steps: list[int],
 
 
 def llama_cpp_llm(path: Path, prompt: list[int], prefill: list[int], steps: list[int],
-                  rounds: int) -> dict:
+                  rounds: int, context: int) -> dict:
     """llama.cpp through llama-cpp-python, one thread per CPU. Its AMX weight repacking
     (extra buffer types) crashes on Q4_1 here, so it loads with use_extra_bufts off."""
     import llama_cpp
@@ -189,7 +190,7 @@ def llama_cpp_llm(path: Path, prompt: list[int], prefill: list[int], steps: list
     lib.llama_model_default_params = params
     try:
         t0 = time.perf_counter()
-        llm = llama_cpp.Llama(str(path), n_ctx=CONTEXT, n_threads=os.cpu_count(),
+        llm = llama_cpp.Llama(str(path), n_ctx=context, n_threads=os.cpu_count(),
                               n_threads_batch=os.cpu_count(), verbose=False)
         load_s = time.perf_counter() - t0
     finally:
@@ -218,7 +219,7 @@ def smollm2(args: argparse.Namespace, read_bps: float) -> dict:
     from lumos.generate import Generator
     from lumos.models import llama
 
-    pre = llama.load(llama.smollm2_path(), max_context=CONTEXT)
+    pre = llama.load(args.gguf or llama.smollm2_path(), max_context=args.context)
     t0 = time.perf_counter()
     gen = Generator(pre.model, pre.state, runtime(args.runtime), max_prefill=PREFILL,
                     options=options(args.search, {}))
@@ -239,7 +240,7 @@ def smollm2(args: argparse.Namespace, read_bps: float) -> dict:
     del gen
     wanted = set(args.peers)
     peer(r["systems"], "llama.cpp", wanted,
-         lambda: llama_cpp_llm(pre.path, prompt, prefill, steps, args.rounds))
+         lambda: llama_cpp_llm(pre.path, prompt, prefill, steps, args.rounds, args.context))
 
     import torch
     from transformers import LlamaForCausalLM
@@ -252,11 +253,11 @@ def smollm2(args: argparse.Namespace, read_bps: float) -> dict:
     r["check"] = {"vs": "transformers eager, logits after the prompt",
                   "max_rel_err": rel, "tolerance": 1e-3, "ok": rel < 1e-3}
     peer(r["systems"], "transformers eager", wanted,
-         lambda: hf_llm(m, prompt, prefill, steps, args.rounds))
+         lambda: hf_llm(m, prompt, prefill, steps, args.rounds, args.context))
 
     def compiled() -> dict:
         m.forward = torch.compile(m.forward, backend="inductor", dynamic=False)
-        return hf_llm(m, prompt, prefill, steps, args.rounds)
+        return hf_llm(m, prompt, prefill, steps, args.rounds, args.context)
 
     peer(r["systems"], "transformers inductor", wanted, compiled)
     return r
@@ -477,6 +478,9 @@ def main() -> None:
                          "runtime's seed programs, as `lumos run`; 0: no search)")
     ap.add_argument("--rounds", type=int, default=3, help="timed runs per measure (median)")
     ap.add_argument("--peers", nargs="+", choices=PEERS, default=list(PEERS))
+    ap.add_argument("--gguf", help="smollm2: another GGUF file of the model (e.g. one "
+                    "`lumos quantize` wrote); default the package's Q4_1 file")
+    ap.add_argument("--context", type=int, default=256, help="smollm2: KV cache length")
     args = ap.parse_args()
     keep_freed_memory()
     read_bps, threads = read_bandwidth(5)  # first: no runtime's worker threads yet
@@ -493,7 +497,8 @@ def main() -> None:
         "lumos_threads": os.environ.get("LUMOS_NUM_THREADS", "default"),
         "torch_threads": torch.get_num_threads(), "torch": torch.__version__,
         "inductor_freezing": True, "runtime": args.runtime, "search": args.search,
-        "rounds": args.rounds, "read_gbps": read_bps / 1e9,
+        "rounds": args.rounds, "read_gbps": read_bps / 1e9, "gguf": args.gguf,
+        "context": args.context,
         "read_yardstick": f"numpy max over a 256 MiB f32 array, {threads} thread(s)",
         "models": {},
     }

@@ -179,7 +179,7 @@ def parse(engine: Engine, body: Any, chat: bool) -> Request:
         if not isinstance(text, str):
             raise RequestError(400, "'prompt' must be a string", "prompt")
         limit = _int(body, "max_tokens", 16, 1)
-    ids = engine.tokenizer.encode(text).ids
+    ids = engine.tokenizer.encode(text, add_special_tokens=not chat).ids  # a template has BOS
     room = engine.gen.max_context - len(ids)
     if not ids:
         raise RequestError(400, "the prompt is empty", "messages" if chat else "prompt")

@@ -185,3 +185,49 @@ def test_smollm2_tensors(smollm2):
         raw(f, "token_embd.weight")[0][ids], Q.Q8_0))
     packed = sum(v.nbytes for v in (f[n] for n in f))
     assert packed == f.nbytes() > 0.98 * f.path.stat().st_size  # the rest is metadata
+
+
+def sentencepiece_file(path, prefix: bool = True) -> None:
+    """A GGUF with a tiny SentencePiece vocabulary (scores, no merges), as Llama 2's."""
+    w = gguf.GGUFWriter(path, "llama")
+    normal = ["▁", "a", "b", "c", "t", "h", "e", "▁a", "ab", "▁ab", "bc", "abc", "▁abc", "th",
+              "the", "▁t", "▁th", "▁the", "he"]
+    w.add_tokenizer_model("llama")
+    w.add_token_list(["<unk>", "<s>", "</s>", *(f"<0x{i:02X}>" for i in range(256)), *normal])
+    w.add_token_scores([0.0] * 259 + [-(i + 1.0) for i in range(len(normal))])
+    w.add_token_types([2, 3, 3] + [6] * 256 + [1] * len(normal))
+    w.add_bos_token_id(1)
+    w.add_eos_token_id(2)
+    w.add_unk_token_id(0)
+    w.add_add_space_prefix(prefix)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+TEXTS = ["abc the", "ab c", "a\nb", "é the", "thea  bc", " a", "<s>a"]
+
+
+def test_sentencepiece_tokenizer_against_transformers(tmp_path):
+    import transformers
+
+    sentencepiece_file(tmp_path / "spm.gguf")
+    ours = GGUFFile(tmp_path / "spm.gguf").tokenizer()
+    theirs = transformers.AutoTokenizer.from_pretrained(tmp_path, gguf_file="spm.gguf")
+    for text in TEXTS:
+        ids = ours.encode(text).ids
+        assert ids == theirs(text).input_ids, text
+        assert ids[0] == 1  # BOS: the default of a SentencePiece file
+        assert ours.decode(ids, skip_special_tokens=True) == \
+            theirs.decode(ids, skip_special_tokens=True)
+    assert ours.encode("a\nb", add_special_tokens=False).ids == [266, 13, 261]  # <0x0A>
+
+
+def test_sentencepiece_without_a_space_prefix(tmp_path):
+    """Gemma's files: no "▁" before the text."""
+    sentencepiece_file(tmp_path / "spm.gguf", prefix=False)
+    tok = GGUFFile(tmp_path / "spm.gguf").tokenizer()
+    ids = tok.encode("abc the", add_special_tokens=False).ids
+    assert ids == [270, 276]  # abc, ▁the
+    assert tok.decode(ids) == "abc the"

@@ -96,7 +96,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         name = lambda i: tok.id_to_token(i) if i is not None else ""
         text = chat_prompt(pre.chat_template, args.prompt, name(cfg.bos_token_id),
                            name(cfg.eos_token_id))
-    ids = tok.encode(text).ids
+    ids = tok.encode(text, add_special_tokens=not args.chat).ids  # (a template has its BOS)
     if not ids:
         raise LumosError("the prompt is empty")
     if len(ids) > args.context:

@@ -99,14 +99,41 @@ class GGUFFile(Mapping[str, "np.ndarray | Packed"]):
         return sum(int(t.n_bytes) for t in self._tensors.values())
 
     def tokenizer(self) -> Any:
-        """The byte-level BPE tokenizer of the metadata (`tokenizer.ggml.model` gpt2) as a
-        `tokenizers.Tokenizer`; control tokens are special tokens."""
-        from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers
+        """The tokenizer of the metadata as a `tokenizers.Tokenizer`: byte-level BPE
+        (`tokenizer.ggml.model` gpt2, with its pre-tokenizer) or SentencePiece BPE (llama:
+        Llama 2, Mistral, Gemma; merges from the scores when the file has none). Control
+        and user-defined tokens are special; a BOS token is prepended where
+        `tokenizer.ggml.add_bos_token` says (default: SentencePiece's yes, gpt2's no)."""
+        from tokenizers import AddedToken, processors
 
         md = self.metadata
-        kind, pre = md.get("tokenizer.ggml.model"), md.get("tokenizer.ggml.pre", "default")
-        if kind != "gpt2" or pre not in PRE_TOKENIZERS:
-            raise WeightError(f"{self.path}: unsupported tokenizer {kind!r} (pre-tokenizer "
+        kind = md.get("tokenizer.ggml.model")
+        if kind == "gpt2":
+            tok = self._byte_bpe()
+        elif kind == "llama":
+            tok = self._sentencepiece()
+        else:
+            raise WeightError(f"{self.path}: unsupported tokenizer {kind!r} (supported: gpt2, "
+                              "llama)")
+        tokens = md["tokenizer.ggml.tokens"]
+        types = md.get("tokenizer.ggml.token_type", [])
+        tok.add_special_tokens([AddedToken(tokens[i], special=True, normalized=False)
+                                for i, k in enumerate(types) if k in (3, 4)])
+        bos = md.get("tokenizer.ggml.bos_token_id")
+        if md.get("tokenizer.ggml.add_bos_token", kind == "llama") and bos is not None:
+            name = tokens[bos]
+            tok.post_processor = processors.TemplateProcessing(
+                single=f"{name}:0 $A:0", pair=f"{name}:0 $A:0 $B:1",
+                special_tokens=[(name, int(bos))])
+        return tok
+
+    def _byte_bpe(self) -> Any:
+        from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+
+        md = self.metadata
+        pre = md.get("tokenizer.ggml.pre", "default")
+        if pre not in PRE_TOKENIZERS:
+            raise WeightError(f"{self.path}: unsupported tokenizer 'gpt2' (pre-tokenizer "
                               f"{pre!r}); supported: gpt2 with {sorted(PRE_TOKENIZERS)}")
         tokens = md["tokenizer.ggml.tokens"]
         merges = [tuple(m.split(" ", 1)) for m in md["tokenizer.ggml.merges"]]
@@ -115,7 +142,35 @@ class GGUFFile(Mapping[str, "np.ndarray | Packed"]):
         tok.pre_tokenizer = pre_tokenizers.Sequence(
             [*splits, pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
         tok.decoder = decoders.ByteLevel()
-        types = md.get("tokenizer.ggml.token_type", [])
-        tok.add_special_tokens([AddedToken(tokens[i], special=True)
-                                for i, k in enumerate(types) if k in (3, 4)])
+        return tok
+
+    def _sentencepiece(self) -> Any:
+        """SentencePiece's BPE: pieces merge in the order of the merged piece's score,
+        spaces are "▁", unknown bytes fall back to <0xNN> tokens."""
+        from tokenizers import Tokenizer, decoders, models, normalizers
+
+        md = self.metadata
+        tokens = md["tokenizer.ggml.tokens"]
+        vocab = {t: i for i, t in enumerate(tokens)}
+        if "tokenizer.ggml.merges" in md:
+            merges = [tuple(m.split(" ", 1)) for m in md["tokenizer.ggml.merges"]]
+        else:
+            scores = md.get("tokenizer.ggml.scores")
+            if scores is None:
+                raise WeightError(f"{self.path}: a SentencePiece tokenizer without scores "
+                                  "or merges")
+            score = lambda t: scores[vocab[t]]  # noqa: E731
+            found = [(-score(piece), i, -score(piece[:k]), -score(piece[k:]), piece[:k],
+                      piece[k:]) for i, piece in enumerate(tokens)
+                     for k in range(1, len(piece)) if piece[:k] in vocab and piece[k:] in vocab]
+            merges = [(left, right) for *_, left, right in sorted(found)]
+        unk = md.get("tokenizer.ggml.unknown_token_id")
+        tok = Tokenizer(models.BPE(vocab, merges, unk_token=None if unk is None else
+                                   tokens[unk], fuse_unk=True, byte_fallback=True))
+        prefix = md.get("tokenizer.ggml.add_space_prefix", True)
+        tok.normalizer = normalizers.Sequence(
+            [*([normalizers.Prepend("▁")] if prefix else []), normalizers.Replace(" ", "▁")])
+        tok.decoder = decoders.Sequence(
+            [decoders.ByteFallback(), decoders.Fuse(), decoders.Replace("▁", " "),
+             *([decoders.Strip(" ", 1, 0)] if prefix else [])])
         return tok
