@@ -25,6 +25,13 @@ CASES = {  # name: (transformers classes, extra config, GGUF architecture)
     "llama3": ("LlamaConfig", "LlamaForCausalLM", dict(rope_scaling=LLAMA3_ROPE), "llama"),
     "qwen2": ("Qwen2Config", "Qwen2ForCausalLM", dict(tie_word_embeddings=True), "qwen2"),
     "qwen3": ("Qwen3Config", "Qwen3ForCausalLM", dict(head_dim=24), "qwen3"),
+    # sliding windows of 4 keys (IDS is 11 long), soft-caps low enough to bite
+    "gemma2": ("Gemma2Config", "Gemma2ForCausalLM", dict(
+        head_dim=16, query_pre_attn_scalar=16, sliding_window=4, attn_logit_softcapping=4.0,
+        final_logit_softcapping=3.0, rms_norm_eps=1e-6), "gemma2"),
+    "gemma3": ("Gemma3TextConfig", "Gemma3ForCausalLM", dict(
+        num_hidden_layers=6, head_dim=24, query_pre_attn_scalar=24, sliding_window=4,
+        rope_theta=1e6, rms_norm_eps=1e-6), "gemma3"),  # layers 0-4 slide, 5 is global
 }
 IDS = [5, 17, 63, 0, 42, 42, 9, 31, 2, 60, 7]
 
@@ -78,6 +85,12 @@ def write_gguf(m: torch.nn.Module, case: str, path, kinds: list | None = None
         w.add_uint32(f"{arch}.{key}", v)
     w.add_float32(f"{arch}.rope.freq_base", c.rope_theta)
     w.add_float32(f"{arch}.attention.layer_norm_rms_epsilon", c.rms_norm_eps)
+    gemma = arch.startswith("gemma")
+    if gemma:
+        w.add_uint32(f"{arch}.attention.sliding_window", c.sliding_window)
+        for key in ("attn_logit_softcapping", "final_logit_softcapping"):
+            if getattr(c, key, None) is not None:
+                w.add_float32(f"{arch}.{key}", getattr(c, key))
     rotary = m.model.rotary_emb
     if getattr(c, "rope_scaling", None):  # what transformers computes, as llama.cpp stores it
         head = rotary.inv_freq.shape[0] * 2
@@ -96,7 +109,8 @@ def write_gguf(m: torch.nn.Module, case: str, path, kinds: list | None = None
         stored = permute(a, heads) if heads and arch == "llama" else a
         key = name.removeprefix("model.")
         if a.ndim == 1 or kinds[i % len(kinds)] == Q.F32:
-            w.add_tensor(gname, stored)
+            # llama.cpp stores Gemma's norm weights w as the 1 + w they multiply by
+            w.add_tensor(gname, stored + np.float32(1) if gemma and "norm" in name else stored)
             ref[key] = a
         else:
             kind = kinds[i % len(kinds)]
@@ -137,7 +151,10 @@ def test_gguf_file_against_transformers(case, tmp_path):
 def test_hf_config_and_dense_weights_against_transformers(case):
     m = hf_model(case)
     config = llama.LlamaConfig.from_hf(m.config.to_dict())
-    gen = Generator(llama.Llama(config, max_context=16), dense_state(m), max_prefill=4)
+    state = dense_state(m)
+    if case.startswith("gemma"):  # what llama.load does for an HF folder: norms as 1 + w
+        state, _ = llama.gemma_norms(state, {})
+    gen = Generator(llama.Llama(config, max_context=16), state, max_prefill=4)
     np.testing.assert_allclose(stepwise(gen, IDS), hf_logits(m, IDS)[2:], rtol=1e-4,
                                atol=1e-4)
 
@@ -145,25 +162,22 @@ def test_hf_config_and_dense_weights_against_transformers(case):
 def test_unsupported_architectures_and_rope_are_one_line(tmp_path):
     import gguf
 
-    w = gguf.GGUFWriter(tmp_path / "gemma.gguf", "gemma3")
+    w = gguf.GGUFWriter(tmp_path / "phi.gguf", "phi3")
     w.add_tensor("token_embd.weight", np.zeros((4, 32), np.float32))
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
     w.close()
-    with pytest.raises(WeightError, match=r"gemma.gguf: architecture 'gemma3' is not "
+    with pytest.raises(WeightError, match=r"phi.gguf: architecture 'phi3' is not "
                                           r"supported \(supported: llama, mistral, qwen2, "
-                                          r"qwen3\)"):
-        llama.LlamaConfig.from_gguf(GGUFFile(tmp_path / "gemma.gguf"))
+                                          r"qwen3, gemma2, gemma3"):
+        llama.LlamaConfig.from_gguf(GGUFFile(tmp_path / "phi.gguf"))
     cfg = hf_model("qwen2").config.to_dict()
     with pytest.raises(WeightError, match="rope scaling .*yarn.* is not supported"):
         llama.LlamaConfig.from_hf({**cfg, "rope_scaling": {"rope_type": "yarn",
                                                             "factor": 4.0}})
-    mistral = {k: v for k, v in cfg.items() if k != "use_sliding_window"}
-    window = llama.LlamaConfig.from_hf({**mistral, "model_type": "mistral", "sliding_window": 8})
-    with pytest.raises(WeightError, match="a context of 16 tokens exceeds the model's "
-                                          r"sliding attention window \(8\)"):
-        llama.Llama(window, max_context=16)
+    with pytest.raises(WeightError, match="Qwen2's sliding window layers are not supported"):
+        llama.LlamaConfig.from_hf({**cfg, "use_sliding_window": True, "sliding_window": 8})
 
 
 def test_qwen2_file_as_transformers_loads_it(tmp_path):
@@ -178,3 +192,17 @@ def test_qwen2_file_as_transformers_loads_it(tmp_path):
     state, formats = llama.gguf_state(f, config)
     gen = Generator(llama.Llama(config, formats, max_context=16), state, max_prefill=16)
     np.testing.assert_allclose(gen(IDS), hf_logits(theirs, IDS)[-1], rtol=1e-4, atol=1e-4)
+
+
+def test_mistral_sliding_window_from_its_config():
+    """Mistral 7B v0.1's window on every layer (4 keys here, 11 tokens)."""
+    torch.manual_seed(0)
+    m = transformers.MistralForCausalLM(transformers.MistralConfig(
+        **{**SIZES, "sliding_window": 4})).eval()
+    for p in m.parameters():
+        torch.nn.init.normal_(p, std=0.3)
+    config = llama.LlamaConfig.from_hf(m.config.to_dict())
+    assert config.sliding_layers == (0, 1) and config.sliding_window == 4
+    gen = Generator(llama.Llama(config, max_context=16), dense_state(m), max_prefill=4)
+    np.testing.assert_allclose(stepwise(gen, IDS), hf_logits(m, IDS)[2:], rtol=1e-4,
+                               atol=1e-4)

@@ -1,6 +1,8 @@
 """The Llama family as one config-driven decoder: Llama 2/3 (with Llama 3's rope
-scaling), Mistral, Qwen2 (q/k/v biases) and Qwen3 (per-head q/k norms). The module tree
-has Hugging Face's names; weights come from GGUF (quantized tensors packed) or an HF folder.
+scaling), Mistral (sliding window), Qwen2 (q/k/v biases), Qwen3 (per-head q/k norms) and
+Gemma 2/3 (norms around attention and the MLP, GELU-tanh, soft-capping, sliding and
+global layers). The module tree has Hugging Face's names; weights come from GGUF
+(quantized tensors packed) or an HF folder.
 
 `Llama(config, formats, max_context)` reads token ids (batch, seq) starting at position
 `start` (a dim: the tokens already in the KV cache) and returns the next-token logits
@@ -19,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from lumos.dtype import f32
+from lumos.dtype import bf16_to_f32, f32
 from lumos.frontend.tensor import Tensor
 from lumos.io import GGUFFile, HFFolder, WeightError
 from lumos.models.packages import package_dir
@@ -48,11 +50,19 @@ class Arch:
     qkv_bias: bool = False  # biases on the q, k and v projections (Qwen2)
     qk_norm: bool = False  # an RMSNorm of each head's q and k before the rope (Qwen3)
     permuted: bool = False  # llama.cpp interleaved the q/k rows for its rope (Llama)
+    # Gemma: norms after attention and around the MLP too, a GELU-tanh MLP, embeddings
+    # scaled by sqrt(hidden), RMSNorm weights w used as 1 + w (GGUF stores 1 + w), and
+    # every `window_every`-th layer (counting from 1) global, the others sliding
+    gemma: bool = False
+    window_every: int = 0
 
 
 # by GGUF `general.architecture` and Hugging Face `model_type`
 ARCHS = {"llama": Arch(permuted=True), "mistral": Arch(permuted=True),
-         "qwen2": Arch(qkv_bias=True), "qwen3": Arch(qk_norm=True)}
+         "qwen2": Arch(qkv_bias=True), "qwen3": Arch(qk_norm=True),
+         "gemma2": Arch(gemma=True, window_every=2),
+         "gemma3": Arch(gemma=True, qk_norm=True, window_every=6)}
+ARCHS["gemma3_text"] = ARCHS["gemma3"]
 
 
 def _arch(name: str, where: str) -> Arch:
@@ -92,7 +102,12 @@ class LlamaConfig:
     o_bias: bool = False
     qk_norm: bool = False
     rope_divisors: tuple[float, ...] | None = None  # per frequency, head_dim / 2
-    sliding_window: int | None = None  # attention span (Mistral 7B v0.1); None: all
+    sliding_window: int | None = None  # the keys a sliding layer's queries see
+    sliding_layers: tuple[int, ...] = ()  # the layers whose attention slides
+    local_rope_theta: float | None = None  # the sliding layers' rope base (Gemma 3)
+    query_scale: float | None = None  # the scores' factor; None: 1/sqrt(head_dim)
+    attn_softcap: float | None = None  # c*tanh(x/c) of the scores (Gemma 2)
+    final_softcap: float | None = None  # ... and of the logits
 
     @staticmethod
     def from_gguf(f: GGUFFile) -> LlamaConfig:
@@ -118,10 +133,23 @@ class LlamaConfig:
                               "(supported: linear, Llama 3's rope_freqs)")
         if "rope_freqs.weight" in f:
             divisors = tuple(float(x) for x in np.asarray(f["rope_freqs.weight"]).ravel())
+        layers = int(need("block_count"))
+        window = md.get(a + "attention.sliding_window")
+        gemma = {}
+        if arch.gemma:  # llama.cpp's rule: the 27B models scale by hidden/heads
+            big = layers == (46 if name == "gemma2" else 62)
+            gemma = dict(
+                sliding_layers=tuple(i for i in range(layers) if (i + 1) % arch.window_every),
+                local_rope_theta=10000.0 if name == "gemma3" else None,
+                query_scale=(d / heads if big else head_dim) ** -0.5,
+                attn_softcap=md.get(a + "attn_logit_softcapping"),
+                final_softcap=md.get(a + "final_logit_softcapping"))
+        elif window is not None:
+            gemma = dict(sliding_layers=tuple(range(layers)))
         return LlamaConfig(
             vocab_size=f.shape("token_embd.weight")[0],
             hidden_size=d, intermediate_size=int(need("feed_forward_length")),
-            num_layers=int(need("block_count")), num_heads=heads,
+            num_layers=layers, num_heads=heads,
             num_kv_heads=int(md.get(a + "attention.head_count_kv", heads)),
             head_dim=head_dim, rms_norm_eps=float(need("attention.layer_norm_rms_epsilon")),
             rope_theta=theta, max_position_embeddings=int(need("context_length")),
@@ -130,7 +158,8 @@ class LlamaConfig:
             eos_token_id=md.get("tokenizer.ggml.eos_token_id"),
             architecture=name, qkv_bias=arch.qkv_bias or "blk.0.attn_q.bias" in f,
             o_bias="blk.0.attn_output.bias" in f, qk_norm=arch.qk_norm,
-            rope_divisors=divisors)
+            rope_divisors=divisors, sliding_window=None if window is None else int(window),
+            **gemma)
 
     @staticmethod
     def from_hf(cfg: Mapping[str, Any]) -> LlamaConfig:
@@ -152,13 +181,25 @@ class LlamaConfig:
             elif kind != "default":
                 raise WeightError(f"config.json: rope scaling {scaling} is not supported "
                                   "(supported: llama3, linear)")
-        window = cfg.get("sliding_window") if cfg.get("use_sliding_window", name == "mistral") \
+        layers = cfg["num_hidden_layers"]
+        window = cfg.get("sliding_window") if cfg.get("use_sliding_window", name != "qwen2") \
             else None
+        if name == "qwen2" and window is not None:
+            raise WeightError("config.json: Qwen2's sliding window layers are not supported")
+        types = cfg.get("layer_types") or (
+            ["sliding_attention" if (i + 1) % arch.window_every else "full_attention"
+             for i in range(layers)] if arch.gemma else ["sliding_attention"] * layers)
+        gemma = {}
+        if arch.gemma:
+            gemma = dict(local_rope_theta=cfg.get("rope_local_base_freq"),
+                         query_scale=cfg["query_pre_attn_scalar"] ** -0.5,
+                         attn_softcap=cfg.get("attn_logit_softcapping"),
+                         final_softcap=cfg.get("final_logit_softcapping"))
         eos = cfg.get("eos_token_id")
         bias = bool(cfg.get("attention_bias", False))
         return LlamaConfig(
             vocab_size=cfg["vocab_size"], hidden_size=d,
-            intermediate_size=cfg["intermediate_size"], num_layers=cfg["num_hidden_layers"],
+            intermediate_size=cfg["intermediate_size"], num_layers=layers,
             num_heads=heads, num_kv_heads=cfg.get("num_key_value_heads") or heads,
             head_dim=head_dim, rms_norm_eps=cfg["rms_norm_eps"], rope_theta=theta,
             max_position_embeddings=cfg["max_position_embeddings"],
@@ -166,29 +207,44 @@ class LlamaConfig:
             bos_token_id=cfg.get("bos_token_id"),
             eos_token_id=eos[0] if isinstance(eos, list) else eos,
             architecture=name, qkv_bias=arch.qkv_bias or bias, o_bias=bias,
-            qk_norm=arch.qk_norm, rope_divisors=divisors, sliding_window=window)
+            qk_norm=arch.qk_norm, rope_divisors=divisors, sliding_window=window,
+            sliding_layers=tuple(i for i, t in enumerate(types) if t == "sliding_attention")
+            if window is not None else (), **gemma)
 
 
 class LlamaLayer(Module):
-    def __init__(self, c: LlamaConfig, fmt: Mapping[str, str]) -> None:
+    def __init__(self, c: LlamaConfig, fmt: Mapping[str, str], index: int) -> None:
         """`fmt`: weight formats by name within the layer (e.g. "self_attn.q_proj")."""
         def sub(prefix: str) -> dict[str, str]:
             return {k.removeprefix(prefix): v for k, v in fmt.items() if k.startswith(prefix)}
 
-        d, eps = c.hidden_size, c.rms_norm_eps
-        self.input_layernorm = RMSNorm(d, eps, fmt.get("input_layernorm", "f32"))
+        def norm(name: str) -> RMSNorm:
+            return RMSNorm(d, eps, fmt.get(name, "f32"))
+
+        d, eps, arch = c.hidden_size, c.rms_norm_eps, ARCHS[c.architecture]
+        self.sandwich = arch.gemma
+        self.window = c.sliding_window if index in c.sliding_layers else None
+        self.input_layernorm = norm("input_layernorm")
         self.self_attn = Attention(d, c.num_heads, c.num_kv_heads, c.head_dim,
                                    bias=c.qkv_bias, out_bias=c.o_bias, fmt=sub("self_attn."),
-                                   qk_norm=eps if c.qk_norm else None)
-        self.post_attention_layernorm = RMSNorm(d, eps, fmt.get("post_attention_layernorm",
-                                                                "f32"))
-        self.mlp = SwiGLU(d, c.intermediate_size, sub("mlp."))
+                                   qk_norm=eps if c.qk_norm else None, scale=c.query_scale,
+                                   softcap=c.attn_softcap)
+        self.post_attention_layernorm = norm("post_attention_layernorm")  # Llama's pre-MLP
+        if self.sandwich:
+            self.pre_feedforward_layernorm = norm("pre_feedforward_layernorm")
+            self.post_feedforward_layernorm = norm("post_feedforward_layernorm")
+        self.mlp = SwiGLU(d, c.intermediate_size, sub("mlp."),
+                          act="gelu_tanh" if arch.gemma else "silu")
 
     def forward(self, x: Tensor, start: IntLike, rope: RotaryEmbedding,
                 cache: KVCache | None) -> Tensor:
-        h = x + self.self_attn(self.input_layernorm(x), start, rope=rope, cache=cache,
-                               causal=True)
-        return h + self.mlp(self.post_attention_layernorm(h))
+        a = self.self_attn(self.input_layernorm(x), start, rope=rope, cache=cache,
+                           causal=True, window=self.window)
+        if not self.sandwich:
+            h = x + a
+            return h + self.mlp(self.post_attention_layernorm(h))
+        h = x + self.post_attention_layernorm(a)
+        return h + self.post_feedforward_layernorm(self.mlp(self.pre_feedforward_layernorm(h)))
 
 
 class Llama(Module):
@@ -198,16 +254,12 @@ class Llama(Module):
     def __init__(self, config: LlamaConfig, formats: Mapping[str, str] | None = None,
                  max_context: int = 2048, batch: int = 1) -> None:
         c, formats = config, formats or {}
-        if c.sliding_window is not None and max_context > c.sliding_window:
-            raise WeightError(f"{c.architecture}: a context of {max_context} tokens exceeds "
-                              f"the model's sliding attention window ({c.sliding_window}), "
-                              "which is not supported")
         self.config, self.max_context = c, max_context
         self.embed_tokens = Embedding(c.vocab_size, c.hidden_size,
                                       formats.get("embed_tokens.weight", "f32"))
         self.layers = ModuleList([LlamaLayer(c, {
             k.removeprefix(f"layers.{i}.").removesuffix(".weight"): v
-            for k, v in formats.items() if k.startswith(f"layers.{i}.")})
+            for k, v in formats.items() if k.startswith(f"layers.{i}.")}, i)
             for i in range(c.num_layers)])
         self.norm = RMSNorm(c.hidden_size, c.rms_norm_eps, formats.get("norm.weight", "f32"))
         if not c.tie_word_embeddings:
@@ -215,20 +267,29 @@ class Llama(Module):
                                   formats.get("lm_head.weight", "f32"))
         self.rotary_emb = RotaryEmbedding(c.head_dim, max_context, c.rope_theta,
                                           c.rope_divisors)
+        if c.local_rope_theta is not None:  # Gemma 3's sliding layers: another base, unscaled
+            self.rotary_emb_local = RotaryEmbedding(c.head_dim, max_context,
+                                                    c.local_rope_theta)
         self.cache = ModuleList([KVCache(batch, c.num_kv_heads, max_context, c.head_dim)
                                  for _ in range(c.num_layers)])
 
     def forward(self, tokens: Tensor, start: IntLike = 0, use_cache: bool = True,
                 last_only: bool = True) -> Tensor:
+        c = self.config
         x = self.embed_tokens(tokens).to(f32)  # computed in f32 whatever the weights' dtype
+        if ARCHS[c.architecture].gemma:
+            x = x * float(np.float32(c.hidden_size ** 0.5))
         for layer, cache in zip(self.layers, self.cache, strict=True):
-            x = layer(x, start, self.rotary_emb, cache if use_cache else None)
+            rope = self.rotary_emb_local if layer.window is not None and \
+                c.local_rope_theta is not None else self.rotary_emb
+            x = layer(x, start, rope, cache if use_cache else None)
         x = self.norm(x)
         if last_only:
             x = x.narrow(1, x.shape[1] - 1, 1).squeeze(1)
-        if self.config.tie_word_embeddings:
-            return self.embed_tokens.attend(x)
-        return self.lm_head(x)
+        logits = self.embed_tokens.attend(x) if c.tie_word_embeddings else self.lm_head(x)
+        if c.final_softcap is not None:
+            logits = (logits * (1.0 / c.final_softcap)).tanh() * c.final_softcap
+        return logits
 
 
 # GGUF tensor names -> Hugging Face's (per layer: blk.<i>.<gguf> -> layers.<i>.<hf>)
@@ -241,11 +302,18 @@ GGUF_LAYER_NAMES = {
     "ffn_up": "mlp.up_proj", "ffn_down": "mlp.down_proj"}
 
 
-def hf_name(gguf_name: str) -> str:
+# ... where Gemma's layers differ: a norm after attention, and two around the MLP
+GEMMA_LAYER_NAMES = GGUF_LAYER_NAMES | {
+    "post_attention_norm": "post_attention_layernorm", "ffn_norm": "pre_feedforward_layernorm",
+    "post_ffw_norm": "post_feedforward_layernorm"}
+
+
+def hf_name(gguf_name: str, architecture: str = "llama") -> str:
     base, _, suffix = gguf_name.rpartition(".")
     parts = base.split(".")
-    if parts[0] == "blk" and len(parts) == 3 and parts[2] in GGUF_LAYER_NAMES:
-        return f"layers.{parts[1]}.{GGUF_LAYER_NAMES[parts[2]]}.{suffix}"
+    names = GEMMA_LAYER_NAMES if ARCHS[architecture].gemma else GGUF_LAYER_NAMES
+    if parts[0] == "blk" and len(parts) == 3 and parts[2] in names:
+        return f"layers.{parts[1]}.{names[parts[2]]}.{suffix}"
     if base in GGUF_NAMES:
         return f"{GGUF_NAMES[base]}.{suffix}"
     raise KeyError(gguf_name)
@@ -269,7 +337,7 @@ def gguf_state(f: GGUFFile, c: LlamaConfig) -> tuple[dict[str, np.ndarray | Pack
         if name == "rope_freqs.weight":  # in the config
             continue
         try:
-            hf = hf_name(name)
+            hf = hf_name(name, c.architecture)
         except KeyError:
             raise WeightError(f"{f.path}: unexpected tensor {name} for a {c.architecture} "
                               "model") from None
@@ -279,6 +347,17 @@ def gguf_state(f: GGUFFile, c: LlamaConfig) -> tuple[dict[str, np.ndarray | Pack
             rows = unpermute_rows(heads, f.shape(name)[0])
             value = value.rows(rows) if isinstance(value, Packed) else value[rows]
         state[hf] = value
+    return state, formats
+
+
+def gemma_norms(state: Mapping[str, Any], formats: Mapping[str, str]
+                ) -> tuple[dict[str, Any], dict[str, str]]:
+    """Gemma's RMSNorm weights w as the 1 + w its norms multiply by, in f32."""
+    state, formats = dict(state), dict(formats)
+    for k, v in state.items():
+        if k.endswith("norm.weight"):
+            w = bf16_to_f32(v) if formats.get(k) == "bf16" else np.asarray(v, np.float32)
+            state[k], formats[k] = w + np.float32(1), "f32"
     return state, formats
 
 
@@ -301,7 +380,10 @@ def load(path: str | os.PathLike, max_context: int = 2048) -> Pretrained:
         config = LlamaConfig.from_hf(folder.config)
         state = {k.removeprefix("model."): v for k, v in folder.items()
                  if not (config.tie_word_embeddings and k == "lm_head.weight")}
+
         formats = {k.removeprefix("model."): folder.dtype(k).name for k in folder}
+        if ARCHS[config.architecture].gemma:  # as GGUF stores them: 1 + w
+            state, formats = gemma_norms(state, formats)
         tok_cfg = path / "tokenizer_config.json"
         template = json.loads(tok_cfg.read_text()).get("chat_template") \
             if tok_cfg.is_file() else None

@@ -170,12 +170,18 @@ class KVCache(Module):
         return out[0], out[1]
 
 
-def causal_bias(g: Graph, queries: IntLike, keys: IntLike, start: IntLike = 0) -> Tensor:
+def causal_bias(g: Graph, queries: IntLike, keys: IntLike, start: IntLike = 0,
+                window: int | None = None) -> Tensor:
     """(queries, keys) additive mask: -inf where key j is after query i's position
-    start + i, else 0. A view of one constant (the predicate picks the -inf entries)."""
+    p = start + i (or, with a sliding `window`, at or before p - window), else 0. Views of
+    one constant (the predicate picks the -inf entries)."""
     neg = scalar(g, float("-inf"), f32)
     v = neg.view.expand(g._shape([queries, keys]))
-    return neg._with_view(View(v.shape, v.index, z(1).ge(sym(start) + z(0) + 1)))
+    pos = sym(start) + z(0)
+    bias = neg._with_view(View(v.shape, v.index, z(1).ge(pos + 1)))
+    if window is not None:
+        bias = bias + neg._with_view(View(v.shape, v.index, z(1).lt(pos - window + 1)))
+    return bias
 
 
 class Attention(Module):
@@ -192,11 +198,16 @@ class Attention(Module):
     def __init__(self, dim: int, n_heads: int, n_kv_heads: int | None = None,
                  head_dim: int | None = None, bias: bool = False, out_bias: bool = False,
                  fmt: Fmts = "f32", kv_dim: int | None = None,
-                 out_name: str = "o_proj", qk_norm: float | None = None) -> None:
+                 out_name: str = "o_proj", qk_norm: float | None = None,
+                 scale: float | None = None, softcap: float | None = None) -> None:
         """`qk_norm`: the eps of an RMSNorm of each head's queries and keys before the
-        rope (Qwen3's `q_norm`/`k_norm`); None: no such norm."""
+        rope (Qwen3's `q_norm`/`k_norm`); None: no such norm. `scale` multiplies the
+        scores (default 1/sqrt(head_dim)); `softcap` c bounds them as c*tanh(x/c) before
+        any mask (Gemma 2)."""
         self.n_heads, self.n_kv_heads = n_heads, n_kv_heads or n_heads
         self.head_dim = head_dim or dim // n_heads
+        self.scale = scale if scale is not None else 1.0 / math.sqrt(self.head_dim)
+        self.softcap = softcap
         self.q_norm = self.k_norm = None
         if qk_norm is not None:
             self.q_norm = RMSNorm(self.head_dim, qk_norm, _pick(fmt, "q_norm"))
@@ -215,7 +226,8 @@ class Attention(Module):
     def forward(self, x: Tensor, start: IntLike = 0, *, context: Tensor | None = None,
                 rope: RotaryEmbedding | None = None, positions: Tensor | None = None,
                 cache: KVCache | None = None, causal: bool = False,
-                mask: Tensor | None = None) -> Tensor:
+                mask: Tensor | None = None, window: int | None = None) -> Tensor:
+        """`window`: with `causal`, each query sees only the last `window` keys."""
         b, s, _ = x.shape
         src = x if context is None else context
         q = self._heads(self.q_proj(x), self.n_heads)
@@ -235,9 +247,11 @@ class Attention(Module):
             self.n_heads // self.n_kv_heads
         grouped = (b, hk, rep * s, -1)
         scores = q.reshape(grouped) @ k.transpose(-2, -1)
-        scores = scores.reshape(b, self.n_heads, s, n) * (1.0 / math.sqrt(hd))
+        scores = scores.reshape(b, self.n_heads, s, n) * self.scale
+        if self.softcap is not None:
+            scores = (scores * (1.0 / self.softcap)).tanh() * self.softcap
         if causal:
-            scores = scores + causal_bias(x.graph, s, n, start)
+            scores = scores + causal_bias(x.graph, s, n, start, window)
         if mask is not None:
             scores = scores + (where(mask, 0.0, float("-inf")) if mask.dtype.is_bool
                                else _cast(mask, scores))
@@ -249,15 +263,21 @@ class Attention(Module):
 
 
 class SwiGLU(Module):
-    """down(silu(gate(x)) * up(x)) (Llama's MLP)."""
+    """down(act(gate(x)) * up(x)): Llama's MLP (act silu), Gemma's (act "gelu_tanh")."""
 
-    def __init__(self, dim: int, hidden: int, fmt: Fmts = "f32", bias: bool = False) -> None:
+    def __init__(self, dim: int, hidden: int, fmt: Fmts = "f32", bias: bool = False,
+                 act: str = "silu") -> None:
+        if act not in ("silu", "gelu_tanh"):
+            raise ValueError(f"SwiGLU: act must be 'silu' or 'gelu_tanh', not {act!r}")
+        self.act = act
         self.gate_proj = Linear(dim, hidden, bias, _pick(fmt, "gate_proj"))
         self.up_proj = Linear(dim, hidden, bias, _pick(fmt, "up_proj"))
         self.down_proj = Linear(hidden, dim, bias, _pick(fmt, "down_proj"))
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.down_proj(silu(self.gate_proj(x)) * self.up_proj(x))
+        g = self.gate_proj(x)
+        g = silu(g) if self.act == "silu" else gelu(g, approximate="tanh")
+        return self.down_proj(g * self.up_proj(x))
 
 
 class GeluMLP(Module):
