@@ -192,6 +192,35 @@ def test_a_compile_past_candidate_timeout_is_rejected(monkeypatch: pytest.Monkey
     check(prog, x, y, out)
 
 
+def test_when_every_compile_runs_past_the_limit_the_first_compiles_without_it(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """A large program on a busy machine: each candidate's compile under the limit is
+    killed, so nothing is measured; the first is then compiled with no limit and wins,
+    instead of the compile failing."""
+    from lumos.runtime.cpu import cc
+
+    x, y, out = chain_graph()
+    hang = tmp_path / "slow-cc"
+    hang.write_text("#!/bin/sh\nsleep 60\n")
+    hang.chmod(0o755)
+    real_compile = program_module.compile_units
+    limits = []
+
+    def compile_units(units: list[str]) -> Path:
+        limits.append(cc._LIMIT.get())
+        with monkeypatch.context() as m:
+            if limits[-1] is not None:  # under the limit: as slow as a busy machine
+                m.setenv("CC", str(hang))
+            return real_compile(units)
+    monkeypatch.setattr(program_module, "compile_units", compile_units)
+    opts = CompileOptions(limit=2, trials=1, execution_timeout=5, candidate_timeout=2)
+    prog = x.graph.compile(CpuRuntime(), opts)
+    assert "compiling the first one without the limit" in capsys.readouterr().err
+    assert limits[:2] == [2, 2] and limits[-1] is None  # the two seeds, then no limit
+    check(prog, x, y, out)
+
+
 def test_an_input_under_a_root_is_drawn_positive() -> None:
     """A batch norm's running variance (under sqrt, after + eps) and a log's operand are
     drawn positive, so that the oracle's outputs are numbers a wrong candidate can miss;

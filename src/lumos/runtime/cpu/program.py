@@ -290,8 +290,8 @@ class CpuRuntime:
                 kind = KernelSearch if opts.search == "kernels" else GeneticSearch
                 search = kind(space, opts, genomes=made,
                               seeds=seeds(space, envs[k], made) if opts.seeds else ())
-                tune(graph, search, realize, envs[k], box, functools.partial(profiling, k))
-                genomes.append(search.best()[0])  # the genome of the program tune returned
+                genomes.append(tune(graph, search, realize, envs[k], box,
+                                    functools.partial(profiling, k))[1])
                 programs.append(realize(genomes[-1], profile=False))  # (its kernels: cached)
                 searches.append(search)
         record.compiled(graph, self.name, named, buckets, envs, saturated, spaces, genomes,

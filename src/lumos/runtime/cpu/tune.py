@@ -1,8 +1,8 @@
 """Timed search on the CPU: each candidate program of a SearchSpace is compiled, run on
 profiling inputs in the sandbox, checked against the oracle, and timed.
 
-    program = tune(graph, search, realize, env, sandbox,
-                   lambda: prepare(graph, env, seed, sandbox))
+    program, genome = tune(graph, search, realize, env, sandbox,
+                           lambda: prepare(graph, env, seed, sandbox))
 
 A compile error is `Rejected`, and so is a candidate one of whose compiler processes
 runs longer than `candidate_timeout` (it is killed then): one candidate whose source
@@ -31,7 +31,7 @@ import numpy as np
 from lumos.dtype import DType, from_numpy_value, to_numpy_value
 from lumos.graph import Graph
 from lumos.logs import log, warn
-from lumos.runtime.cpu.cc import CompileError, UnsupportedProgram, time_limit
+from lumos.runtime.cpu.cc import CompileError, CompileTimeout, UnsupportedProgram, time_limit
 from lumos.runtime.cpu.isolate import CandidateError, Sandbox, Stashed
 from lumos.runtime.cpu.program import CompiledProgram
 from lumos.runtime.reference import run_hlir
@@ -44,6 +44,7 @@ from lumos.search import (
     Measured,
     Outcome,
     Rejected,
+    SearchError,
 )
 from lumos.search.genome import genome_key
 from lumos.search.options import CompileOptions
@@ -201,8 +202,8 @@ def prepare(graph: Graph, env: Mapping[str, int], seed: int, sandbox: Sandbox) -
 def tune(graph: Graph, search: GeneticSearch | KernelSearch,
          realize: Callable[[Genome], CompiledProgram],
          env: Mapping[str, int], sandbox: Sandbox,
-         profiling: Callable[[], Profiling]) -> CompiledProgram:
-    """The fastest correct program `search` finds; `realize` compiles a genome;
+         profiling: Callable[[], Profiling]) -> tuple[CompiledProgram, Genome]:
+    """The fastest correct program `search` finds, and its genome; `realize` compiles a genome;
     `profiling` gives the search's Profiling (called once, when the first candidate has
     compiled)."""
     opts: CompileOptions = search.options
@@ -210,11 +211,16 @@ def tune(graph: Graph, search: GeneticSearch | KernelSearch,
     dtypes = [graph.nodes[o].dtype for o in graph.outputs]
     programs: dict[tuple, CompiledProgram] = {}
 
+    timed_out: list[Genome] = []
+    compile_limit = [opts.candidate_timeout]
+
     def evaluate(genome: Genome) -> Outcome:
         try:
-            with time_limit(opts.candidate_timeout):
+            with time_limit(compile_limit[0]):
                 program = realize(genome)
         except CompileError as e:
+            if isinstance(e, CompileTimeout):
+                timed_out.append(genome)
             # the search goes on without it, but say so: a timeout may cost the fast
             # program, and C that does not compile is a lumos bug to report (a program
             # codegen does not cover is neither)
@@ -260,6 +266,20 @@ def tune(graph: Graph, search: GeneticSearch | KernelSearch,
             for k, t in zip(program.layout.profiled, per_kernel, strict=False)
             if k.node in origin) if per_kernel else ())
 
-    best, seconds = search.run(evaluate)
+    try:
+        best, seconds = search.run(evaluate)
+    except SearchError:
+        # nothing measured, and some compiles only ran past the limit (a large program on
+        # a busy machine): a slow compile is not a wrong program, so the first of them is
+        # compiled again without the limit rather than the whole compile failing
+        if not timed_out:
+            raise
+        warn("no candidate compiled within candidate_timeout; compiling the first one "
+             "without the limit")
+        compile_limit[0], genome = None, timed_out[0]
+        outcome = evaluate(genome)
+        if not isinstance(outcome, Measured):
+            raise
+        best, seconds = genome, outcome.seconds
     log("search", f"best {seconds * 1e3:.4g} ms: {programs[genome_key(best)].source}")
-    return programs[genome_key(best)]
+    return programs[genome_key(best)], best
