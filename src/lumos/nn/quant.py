@@ -168,15 +168,14 @@ def dequantize(qtype: str, parts: Mapping[str, Tensor]) -> Tensor:
     # Q4_K, Q5_K: the 6-bit scales and mins of the 8 sub-blocks (bytes 0-3 scales 0-3, 4-7
     # mins 0-3, 8-11 the low 4 bits of scales and mins 4-7; the top 2 bits of 0-7 their rest)
     sb = parts["scales"].reshape(*lead, nb, 3, 4)
-    lo6, top2 = bits(sb, (0,), 6), bits(sb, (6,), 2)  # (.., 1, 3, 4)... as (.., 3, 1, 4)
-    lo6, top2 = lo6.reshape(*lead, nb, 3, 4), top2.reshape(*lead, nb, 3, 4)
-    nib = bits(sb.narrow(-2, 2, 1).reshape(*lead, nb, 4), (0, 4), 4)  # (.., 2, 4)
-    sc = stack([lo6.narrow(-2, 0, 1).squeeze(-2),
-                nib.narrow(-2, 0, 1).squeeze(-2) + top2.narrow(-2, 0, 1).squeeze(-2) * 16.0],
-               -2).reshape(*lead, nb, 8)
-    mn = stack([lo6.narrow(-2, 1, 1).squeeze(-2),
-                nib.narrow(-2, 1, 1).squeeze(-2) + top2.narrow(-2, 1, 1).squeeze(-2) * 16.0],
-               -2).reshape(*lead, nb, 8)
+    lo6, top2 = _field(sb, 0, 6), _field(sb, 6, 2)  # (.., 3, 4): bytes 0-3, 4-7, 8-11
+    nib = bits(sb.narrow(-2, 2, 1).squeeze(-2), (0, 4), 4)  # bytes 8-11: (.., 2, 4)
+
+    def row(t: Tensor, r: int) -> Tensor:
+        return t.narrow(-2, r, 1).squeeze(-2)
+
+    sc, mn = (stack([row(lo6, r), row(nib, r) + row(top2, r) * 16.0], -2)
+              .reshape(*lead, nb, 8) for r in (0, 1))  # row 0: scales, row 1: mins
     scale = (d.unsqueeze(-1) * sc).unsqueeze(-1)
     minus = (parts["dmin"].to(f32).unsqueeze(-1) * mn).unsqueeze(-1)
     q = bits(parts["qs"].reshape(*lead, nb, 4, 32), (0, 4), 4).reshape(*lead, nb, 8, 32)
