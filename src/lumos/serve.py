@@ -22,9 +22,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-
-from lumos.generate import Generator, Sampling, TextStream, render_chat, sample
+from lumos.generate import Generator, Sampling, TextStream, render_chat
 
 
 class RequestError(Exception):
@@ -84,22 +82,16 @@ class Engine:
                 job.put((None, e))
 
     def _generate(self, job: Job) -> str:
-        gen, rng = self.gen, np.random.default_rng(job.sampling.seed)
-        gen.reset()
-        history = list(job.ids)
-        logits = gen(job.ids)
-        for i in range(job.max_tokens):
+        """The tokens to the job as `Generator.generate` makes them; the finish reason."""
+        self.gen.reset()
+        n = 0
+        for t in self.gen.generate(job.ids, job.max_tokens, job.sampling, self.stop_ids):
             if job.cancelled.is_set():
                 return "cancelled"
-            t = sample(logits, history, job.sampling, rng)
-            if t in self.stop_ids:
-                return "stop"
             job.put((t, None))
-            history.append(t)
-            if i + 1 == job.max_tokens or gen.pos >= gen.max_context:
-                break
-            logits = gen([t])
-        return "length"
+            n += 1
+        return "length" if n == job.max_tokens or self.gen.pos >= self.gen.max_context \
+            else "stop"
 
 
 # --- requests --------------------------------------------------------------------------
