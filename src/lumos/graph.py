@@ -65,15 +65,17 @@ class Graph:
         return tuple(out)
 
     def tensor(self, shape: Sequence[int | str | Expr], dtype: Any = f32,
-               name: str | None = None) -> Tensor:
-        """A new graph input. Shape entries are ints, dim names or Exprs."""
+               name: str | None = None, weight: bool = False) -> Tensor:
+        """A new graph input. Shape entries are ints, dim names or Exprs. `weight`: its
+        data is bound once and read many times (a parameter), so a compiled program may
+        compute what depends on weights alone once per binding instead of every run."""
         from lumos.frontend.tensor import Tensor
 
         name = name or f"input{len(self._input_names)}"
         if name in self._input_names:
             raise ValueError(f"an input named {name!r} already exists")
         shp = self._shape(shape)
-        nid = self.add("Input", shape=shp, dtype=as_dtype(dtype), name=name)
+        nid = self.add("Input", shape=shp, dtype=as_dtype(dtype), name=name, persist=weight)
         self._input_names[name] = nid
         return Tensor(self, nid, View.contiguous(shp), self.nodes[nid].dtype)
 

@@ -24,7 +24,8 @@ OPS = PRIMITIVES + STRUCTURAL
 
 @dataclass(frozen=True, slots=True)
 class Node:
-    """One HLIR node. Op-specific fields: Input `name`; Output `persist`; Constant
+    """One HLIR node. Op-specific fields: Input `name` and `persist` (a weight: bound
+    once, see Graph.tensor); Output `persist`; Constant
     `value`; SumReduce/MaxReduce `axis`; Iota `expr` (of z0..z{n-1})."""
 
     op: str

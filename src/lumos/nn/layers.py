@@ -156,8 +156,10 @@ class KVCache(Module):
                  fmt: Fmt = "f32") -> None:
         shape = (batch, kv_heads, max_len, head_dim)
         self.max_len = max_len
-        self.k = Param(shape, fmt, default=lambda: np.zeros(shape, self.k.dtype.np))
-        self.v = Param(shape, fmt, default=lambda: np.zeros(shape, self.v.dtype.np))
+        self.k = Param(shape, fmt, default=lambda: np.zeros(shape, self.k.dtype.np),
+                       buffer=True)
+        self.v = Param(shape, fmt, default=lambda: np.zeros(shape, self.v.dtype.np),
+                       buffer=True)
 
     def update(self, k: Tensor, v: Tensor, start: IntLike) -> tuple[Tensor, Tensor]:
         g = k.graph

@@ -26,17 +26,20 @@ Value = np.ndarray | Packed
 
 class Param:
     """A parameter or buffer of `shape`, stored as `fmt`: a dtype, or a quantization type
-    ("Q8_0", "Q4_0", "Q4_1") whose parts become separate inputs. `default` (an array, or a
-    function of nothing returning one) fills it when the state does not name it."""
+    (lumos.nn.quant.FORMATS) whose parts become separate inputs. `default` (an array, or a
+    function of nothing returning one) fills it when the state does not name it. A
+    parameter is a weight input (Graph.tensor); `buffer=True`: state the graph updates
+    (`assign`, a KV cache), so nothing computed from it is kept across runs."""
 
     def __init__(self, shape: Sequence[int], fmt: str | DType = "f32",
-                 default: Value | Callable[[], Value] | None = None) -> None:
+                 default: Value | Callable[[], Value] | None = None,
+                 buffer: bool = False) -> None:
         self.shape = tuple(int(s) for s in shape)
         self.qtype = fmt if isinstance(fmt, str) and fmt in FORMATS else None
         self.dtype = None if self.qtype else as_dtype(fmt)
         if self.qtype:
             part_shapes(self.qtype, self.shape)  # checks the block size
-        self.default = default
+        self.default, self.buffer = default, buffer
         self._owner: tuple[Module, str] | None = None
         self._inputs: weakref.WeakKeyDictionary[Graph, dict[str, Tensor]] = \
             weakref.WeakKeyDictionary()
@@ -58,10 +61,12 @@ class Param:
         ins = self._inputs.get(g)
         if ins is None:
             if self.qtype is None:
-                ins = {"": g.tensor(self.shape, self.dtype, name=self.name)}
+                ins = {"": g.tensor(self.shape, self.dtype, name=self.name,
+                                    weight=not self.buffer)}
             else:
                 shapes, dts = part_shapes(self.qtype, self.shape), part_dtypes(self.qtype)
-                ins = {p: g.tensor(shapes[p], dts[p], name=f"{self.name}.{p}") for p in shapes}
+                ins = {p: g.tensor(shapes[p], dts[p], name=f"{self.name}.{p}",
+                                   weight=not self.buffer) for p in shapes}
             self._inputs[g] = ins
         return ins
 
@@ -72,6 +77,8 @@ class Param:
 
     def assign(self, new: Tensor) -> Tensor:
         """Make `new` this buffer's value after the graph runs (see `carry_over`)."""
+        if not self.buffer:
+            raise ValueError(f"{self.name}: only a Param(buffer=True) can be assigned")
         self._updates[new.graph] = new.output(persist=True)
         return new
 

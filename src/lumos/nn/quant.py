@@ -18,7 +18,8 @@ layouts (the `gguf` package's dequantizers are the reference, `tests/io/test_ggu
   d*scale*(q - 32), q the 4 bits of ql and 2 bits of qh.
 
 The scales are f16; every step is exact in f32 (bit fields by powers of two and
-truncation), in the reference's order of rounding, so the result is bit-exact.
+truncation), in the reference's order of rounding, so the result is bit-exact. The
+formats other than Q8_0/Q4_0/Q4_1 take their integer quants through int8 (`_int8`).
 """
 
 from __future__ import annotations
@@ -157,12 +158,13 @@ def dequantize(qtype: str, parts: Mapping[str, Tensor]) -> Tensor:
         hi = bits(parts["qh"].unsqueeze(-1), range(8), 1).reshape(*lead, nb, 32)  # byte, bit
         q = q + hi * 16.0
         if qtype == "Q5_0":
-            return (d.unsqueeze(-1) * (q - 16.0)).reshape(*lead, nb * 32)
-        return (d.unsqueeze(-1) * q + parts["m"].to(f32).unsqueeze(-1)).reshape(*lead, nb * 32)
+            return (d.unsqueeze(-1) * _int8(q - 16.0)).reshape(*lead, nb * 32)
+        return (d.unsqueeze(-1) * _int8(q) + parts["m"].to(f32).unsqueeze(-1)).reshape(
+            *lead, nb * 32)
     if qtype == "Q6_K":
         ql = bits(parts["ql"].reshape(*lead, nb, 2, 64), (0, 4), 4)  # (.., 2, 2, 64)
         qh = bits(parts["qh"].reshape(*lead, nb, 2, 32), (0, 2, 4, 6), 2)  # (.., 2, 4, 32)
-        q = ql.reshape(*lead, nb, 8, 32) + qh.reshape(*lead, nb, 8, 32) * 16.0 - 32.0
+        q = _int8(ql.reshape(*lead, nb, 8, 32) + qh.reshape(*lead, nb, 8, 32) * 16.0 - 32.0)
         scale = d.unsqueeze(-1) * parts["scales"].to(f32)  # (.., 16)
         return (scale.unsqueeze(-1) * q.reshape(*lead, nb, 16, 16)).reshape(*lead, nb * 256)
     # Q4_K, Q5_K: the 6-bit scales and mins of the 8 sub-blocks (bytes 0-3 scales 0-3, 4-7
@@ -181,7 +183,14 @@ def dequantize(qtype: str, parts: Mapping[str, Tensor]) -> Tensor:
     q = bits(parts["qs"].reshape(*lead, nb, 4, 32), (0, 4), 4).reshape(*lead, nb, 8, 32)
     if qtype == "Q5_K":
         q = q + bits(parts["qh"], range(8), 1) * 16.0  # (.., 8, 32): bit i, sub-block i
-    return (scale * q - minus).reshape(*lead, nb * 256)
+    return (scale * _int8(q) - minus).reshape(*lead, nb * 256)
+
+
+def _int8(q: Tensor) -> Tensor:
+    """`q` (f32 integers in [-128, 127]) through int8 and back: the same values, with an
+    int8 tensor in between that a program may compute once per binding of the weights
+    and read where it would unpack bits, at a quarter of the f32's bytes."""
+    return q.to(i8).to(f32)
 
 
 def _legacy(qtype: str, parts: Mapping[str, Tensor]) -> Tensor:

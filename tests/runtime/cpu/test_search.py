@@ -18,7 +18,7 @@ from lumos.search.genome import Genome
 from tests.runtime.cpu.common import assert_same, execute_both
 
 OPTS = CompileOptions(limit=4, generation_size=4, trials=1, execution_timeout=5, search="genetic")
-DRIVER = "const int64_t *dims) {\n"
+DRIVER = "const int64_t *dims, char **stat) {\n"
 
 
 def chain_graph() -> tuple[lumos.Tensor, lumos.Tensor, lumos.Tensor]:

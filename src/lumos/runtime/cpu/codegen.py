@@ -224,13 +224,17 @@ class Kernel:
 
 @dataclass(frozen=True)
 class Layout:
-    """What the driver `lumos_run(arena, offsets, inputs, outputs, dims)` expects:
+    """What the driver `lumos_run(arena, offsets, inputs, outputs, dims, stat)` expects:
     `dims` values in this order, a pointer per Input node in `inputs` and per Output
     node in `outputs`, and an arena offset per `temps` entry. `calls`: kernels run per
     execution. `profiled`: the kernels timed into `lumos_profile_ns`, in call order (empty
     when not profiling). `inplace`: (output, input) positions where the output may be
     the input's own memory: a Scatter into that input writes the output, and nothing
-    reads the input after it (a KV cache updated in place, not copied each step)."""
+    reads the input after it (a KV cache updated in place, not copied each step).
+    `statics`: (key, bytes) of each buffer `stat` points to: STATIC_HEADER bytes whose
+    first int64 says the kernel writing the data after them has run (computed from
+    weights alone, see `generate`); equal keys, equal contents, so programs (the buckets
+    of one graph) can share them."""
     dims: tuple[str, ...]
     inputs: tuple[Buffer, ...]
     outputs: tuple[Buffer, ...]
@@ -238,6 +242,7 @@ class Layout:
     calls: int = 0
     profiled: tuple[Kernel, ...] = ()
     inplace: tuple[tuple[int, int], ...] = ()
+    statics: tuple[tuple[str, int], ...] = ()
 
     @cached_property
     def input_names(self) -> tuple[str, ...]:
@@ -1514,16 +1519,21 @@ _IMOD = "".join(  # C's truncated %, with x % 0 == 0 (and x % -1 == 0 without IN
     for t in ("int8_t", "uint8_t", "int16_t", "int32_t", "int64_t"))
 
 
+_DIM = re.compile(r"\bD_")  # a dim's value in a kernel's code
+STATIC_HEADER = 64  # bytes before a static buffer's data: its flag (int64, 1: computed)
 _PROFILE = "int64_t lumos_profile_ns[{n}];\n"  # (lumos_now: the driver's)
 _LATE = "  if (lumos_budget_ns > 0 && lumos_now() - t0 > lumos_budget_ns) goto done;"
 
 
-def generate(g: Kernels, flush_denormals: bool = False,
-             profile: bool = False) -> tuple[tuple[Unit, ...], Layout]:
+def generate(g: Kernels, flush_denormals: bool = False, profile: bool = False,
+             weights: frozenset[str] = frozenset()) -> tuple[tuple[Unit, ...], Layout]:
     """The C translation units of `g`: the driver `lumos_run` first, then one per distinct
     kernel as (prelude, definition) (cached separately, compiled in batches: see
     cc.compile_units); and its buffer layout. `flush_denormals`: see CompileOptions.
-    `profile` (or LUMOS_LOG=profile): the driver times each kernel into lumos_profile_ns."""
+    `profile` (or LUMOS_LOG=profile): the driver times each kernel into lumos_profile_ns.
+    `weights`: the names of the inputs bound once (Graph.tensor); a kernel that reads only
+    them (and such kernels) runs once per binding into a buffer of its own (Layout.statics),
+    not every run."""
     gen = _Codegen(g)
     nodes = g.nodes
     inputs = tuple(i for i, n in enumerate(nodes) if n.op == "Input")
@@ -1546,13 +1556,6 @@ def generate(g: Kernels, flush_denormals: bool = False,
     for i in order:
         for j in nodes[i].inputs:
             last[j] = pos[i]
-    temps = []
-    for i in order:
-        if i not in slots:
-            slots[i] = f"(arena + off[{len(temps)}])"
-            n = nodes[i]
-            temps.append(Temp(numel(n.shape) * n.dtype.itemsize, pos[i], last.get(i, pos[i])))
-
     inplace = []  # (Layout.inplace)
     for m, o in enumerate(g.outputs):
         b = g.bodies[o]
@@ -1568,6 +1571,9 @@ def generate(g: Kernels, flush_denormals: bool = False,
     dim_decls = "".join(f"  const int64_t D_{d} = dims[{k}];\n" for k, d in enumerate(g.dims))
     units: dict[str, tuple[str, str]] = {}  # kernel function name -> (prelude, definition)
     decls, calls, names = [], [], []
+    weight_in = {i for i in inputs if nodes[i].name in weights}
+    once: dict[int, str] = {}  # kernels run once per binding -> their buffer's key
+    reads: dict[int, tuple[int, ...]] = {}
     for i in order:
         gen.args = {}
         gen._count = 0  # hoisted names restart: equal kernels have equal text
@@ -1595,9 +1601,36 @@ def generate(g: Kernels, flush_denormals: bool = False,
             # weak: batches of units compiled at once by two processes may overlap
             units[name] = (head + PRELUDE + _IMOD, f"{attrs} void {name}{text}")
             decls.append(f"void {name}{signature};")
+        reads[i] = tuple(gen.args)
+        # computed once per binding of the weights: it reads only weights and kernels
+        # that are, no dim, and writes no output (decision-free: what the choice implies)
+        if i not in slots and not _DIM.search(_indent(body)) and all(
+                j in weight_in or j in once for j in reads[i]):
+            once[i] = hashlib.sha256(repr((name, [
+                nodes[j].name if j in weight_in else once[j] for j in reads[i]])).encode()
+            ).hexdigest()[:24]
+    temps, statics = [], {}  # (statics: key -> (index, bytes))
+    for i in order:
+        if i in once:
+            n = nodes[i]
+            at = statics.setdefault(once[i], (len(statics),
+                                              int(numel(n.shape).value) * n.dtype.itemsize))[0]
+            slots[i] = f"(stat[{at}] + {STATIC_HEADER})"
+        elif i not in slots:
+            slots[i] = f"(arena + off[{len(temps)}])"
+            n = nodes[i]
+            temps.append(Temp(numel(n.shape) * n.dtype.itemsize, pos[i], last.get(i, pos[i])))
+    for i, name in zip(order, names, strict=True):
+        n = nodes[i]
         ptrs = [f"({storage(n.dtype)} *){slots[i]}"]
-        ptrs += [f"(const {storage(nodes[j].dtype)} *){slots[j]}" for j in gen.args]
-        calls.append(f"  {name}({', '.join(ptrs)}, dims);")
+        ptrs += [f"(const {storage(nodes[j].dtype)} *){slots[j]}" for j in reads[i]]
+        call = f"  {name}({', '.join(ptrs)}, dims);"
+        if i in once:  # (its time is not the run's: a search's budget leaves it out)
+            flag = f"*(int64_t *)stat[{statics[once[i]][0]}]"
+            call = (f"  if (!{flag}) {{\n    const int64_t ts = lumos_budget_ns > 0 ? "
+                    f"lumos_now() : 0;\n  {call}\n    {flag} = 1;\n    t0 += ts ? "
+                    "lumos_now() - ts : 0;\n  }")
+        calls.append(call)
     parts = [(BLAS if any_blas else "") + PRELUDE + DRIVER, *decls]
     profiled = tuple(Kernel(i, nodes[i].op, nodes[i].shape, nodes[i].dtype, name)
                      for i, name in zip(order, names, strict=True)) \
@@ -1606,19 +1639,19 @@ def generate(g: Kernels, flush_denormals: bool = False,
         parts.append(_PROFILE.format(n=len(profiled)))
         calls = [f"  t = lumos_now();\n{c}\n  lumos_profile_ns[{k}] = lumos_now() - t;"
                  for k, c in enumerate(calls)]
-    calls = ["  const int64_t t0 = lumos_budget_ns > 0 ? lumos_now() : 0;",
+    calls = ["  int64_t t0 = lumos_budget_ns > 0 ? lumos_now() : 0;",
              *(["  int64_t t;"] if profiled else []),
              *[line for c in calls for line in (c, _LATE)][:-1], "done:;"]
     if flush_denormals:
         parts.append(_FLUSH)
         calls = ["  lumos_flush_denormals(1);", *calls, "  lumos_flush_denormals(0);"]
     parts.append("void lumos_run(char *arena, const int64_t *off, void **in, void **out, "
-                 "const int64_t *dims) {\n" + "\n".join(calls) + "\n}\n")
+                 "const int64_t *dims, char **stat) {\n" + "\n".join(calls) + "\n}\n")
     buffers = [Buffer(i, nodes[i].shape, nodes[i].dtype, nodes[i].name)
                for i in (*inputs, *g.outputs)]
     layout = Layout(tuple(g.dims), tuple(buffers[:len(inputs)]),
                     tuple(buffers[len(inputs):]), tuple(temps), len(order), profiled,
-                    tuple(inplace))
+                    tuple(inplace), tuple((k, b) for k, (_, b) in statics.items()))
     own = [BLAS + PRELUDE + OWN_GEMM] if gen.used_own else []
     amx = [BLAS + PRELUDE + AMX_GEMM] if gen.used_amx else []
     return ("\n".join(parts), *units.values(), *own, *amx), layout

@@ -793,8 +793,11 @@ PACK_RELU_MIN_BYTES = 8 << 20
 AMX_MIN_MACS = 1 << 18
 
 
-def seeds(space: SearchSpace, env: Mapping[str, int],
-          genomes: Genomes | None = None) -> tuple[Cost, Cost]:
+NARROW_INTS = frozenset({"i8", "u8", "i16"})  # (seeds: a weight's value stored as such)
+
+
+def seeds(space: SearchSpace, env: Mapping[str, int], genomes: Genomes | None = None,
+          weights: frozenset[str] = frozenset()) -> tuple[Cost, Cost]:
     """Rules of thumb for the search's first genomes (Genomes.preferring). Inline an
     elementwise producer into a kernel reading it unless that kernel reads it through a
     broadcast (every element computed again per broadcast step) or the producer has
@@ -819,6 +822,10 @@ def seeds(space: SearchSpace, env: Mapping[str, int],
     transposed and A short (`ROWS_MAX_M`); any other of `AMX_MIN_MACS` or more is a
     bf16x3 product (KGemmAmx) where the space has them, and so is a windows product
     (KGemmWindowsAmx), in bands a long one (EGemmWindowsAmx).
+    A value of the `weights` inputs alone cast to a narrow integer (nn.quant's int8 quants)
+    is stored, not inlined: its kernel runs once per binding (codegen.generate), its
+    readers read a byte an element instead of unpacking bits; what such kernels alone
+    read is inlined into them (run once, it would only take memory stored).
     `env` gives the dims' sizes; `genomes`, the space's Genomes if the caller made one.
     The search times the seeds like any other candidate."""
     parents: dict[int, list[tuple[int, ENode]]] = {}  # class -> (class, node) using it
@@ -856,6 +863,15 @@ def seeds(space: SearchSpace, env: Mapping[str, int],
                 if ks:
                     views_read.setdefault(n.children[0], set()).add(c)
     readers = {p: len(ks) for p, ks in reading.items()}
+    of_weights: set[int] = set()  # classes of the unfused program computed from weights
+    for c, n in program:
+        if n.op == "Input" and n.fields[2] in weights or n.op == "Constant" or \
+                n.op == "Iota" and not any(d in repr(n.fields) for d in env) or \
+                n.op not in ("Input", "Iota") and n.children and \
+                all(ch in of_weights for ch in n.children):
+            of_weights.add(c)
+    stored = {c for c, n in program if n.op == "KMap" and c in of_weights and any(
+        m.op == "ECast" and m.fields[0] in NARROW_INTS for m in space.classes[n.children[0]])}
     ops: dict[int, int] = {}  # buffer class -> elementwise ops its body inlines (chosen so)
     decided: dict[int, bool] = {}  # ELoad class -> inline?
 
@@ -863,8 +879,10 @@ def seeds(space: SearchSpace, env: Mapping[str, int],
         if c not in decided:
             load = next((n for n in space.classes[c] if n.op == "ELoad"), None)
             p = load.children[0] if load is not None else -1
-            if load is None or p not in ops or len(space.classes[c]) == 1:
+            if load is None or p not in ops or len(space.classes[c]) == 1 or p in stored:
                 decided[c] = load is None
+            elif p in of_weights and owners(c) <= of_weights:
+                decided[c] = True  # (computed once per binding: stored, it takes memory)
             else:
                 view = compose(load.fields[0], {})
                 used = view.index.vars()

@@ -38,7 +38,7 @@ from lumos.graph import Graph
 from lumos.logs import log, warn
 from lumos.runtime.base import Program
 from lumos.runtime.cpu.cc import FLAGS, amx, cache_dir, compile_units, cpu_id, load
-from lumos.runtime.cpu.codegen import Buffer, Kernel, Layout, generate
+from lumos.runtime.cpu.codegen import STATIC_HEADER, Buffer, Kernel, Layout, generate
 from lumos.runtime.cpu.kernels import (
     LOWER,
     RULES,
@@ -54,11 +54,12 @@ from lumos.search.options import CompileOptions
 
 
 def build(program: Graph | Kernels, flush_denormals: bool = False,
-          profile: bool = False) -> CompiledProgram:
+          profile: bool = False, weights: frozenset[str] = frozenset()) -> CompiledProgram:
     """A kernel program (or a Graph: one kernel per node) -> compiled C program
-    (`flush_denormals`: see CompileOptions; `profile`: each kernel timed, `kernel_ns`)."""
+    (`flush_denormals`: see CompileOptions; `profile`: each kernel timed, `kernel_ns`;
+    `weights`: the inputs bound once, see codegen.generate)."""
     kernels = program if isinstance(program, Kernels) else from_graph(program)
-    units, layout = generate(kernels, flush_denormals, profile)
+    units, layout = generate(kernels, flush_denormals, profile, weights)
     compiled = CompiledProgram(compile_units(units), layout)
     compiled.origin = kernels.origin
     return compiled
@@ -94,7 +95,7 @@ class CompiledProgram:
             lib.lumos_set_threads(int(os.environ.get("LUMOS_NUM_THREADS") or 0))
             self._budget = ctypes.c_int64.in_dll(lib, "lumos_budget_ns")
             self._fn = lib.lumos_run
-            self._fn.argtypes = [ctypes.c_void_p] * 5
+            self._fn.argtypes = [ctypes.c_void_p] * 6
             self._fn.restype = None
         return self._fn
 
@@ -165,12 +166,15 @@ class CompiledProgram:
 
     def run(self, inputs: Sequence[np.ndarray], env: Mapping[str, int],
             outputs: Sequence[np.ndarray], in_pointers: np.ndarray | None = None,
-            out_pointers: np.ndarray | None = None, budget: float | None = None) -> None:
+            out_pointers: np.ndarray | None = None, budget: float | None = None,
+            statics: Statics | None = None) -> None:
         """Compute into `outputs` (C-contiguous, right shapes) from `inputs`, which must be
         C-contiguous arrays of the inputs' shapes and storage dtypes (unchecked); their
         data pointers (int64 arrays) if the caller has them. With `budget` (seconds) the
         run stops after the kernel that exceeds it, its outputs unfinished (a search's
-        timing of a candidate that has already lost)."""
+        timing of a candidate that has already lost). `statics`: where the kernels of
+        weights alone keep their results between runs (the caller resets it when a weight
+        changes); without, they run every time."""
         offsets, total = self.plan(env)
         if self._arena.size < total + ALIGN:
             self._arena = np.empty(total + ALIGN, np.uint8)
@@ -181,12 +185,17 @@ class CompiledProgram:
                      for p, arrays in ((in_pointers, inputs), (out_pointers, outputs)))
         # (the arrays stay referenced until the call returns)
         fn = self._function()
+        if statics is None:
+            statics = Statics()
+        stat = statics.pointers(self.layout)
         if budget is None:
-            fn(arena, offsets.ctypes.data, ins.ctypes.data, outs.ctypes.data, dims.ctypes.data)
+            fn(arena, offsets.ctypes.data, ins.ctypes.data, outs.ctypes.data, dims.ctypes.data,
+               stat.ctypes.data)
             return
         self._budget.value = max(1, int(budget * 1e9))
         try:
-            fn(arena, offsets.ctypes.data, ins.ctypes.data, outs.ctypes.data, dims.ctypes.data)
+            fn(arena, offsets.ctypes.data, ins.ctypes.data, outs.ctypes.data, dims.ctypes.data,
+               stat.ctypes.data)
         finally:
             self._budget.value = 0
 
@@ -204,6 +213,42 @@ class CompiledProgram:
         outs = [np.empty(self.shape(b, env), b.dtype.np) for b in self.layout.outputs]
         self.run(arrays, env, outs)
         return outs
+
+
+class Statics:
+    """The buffers of the kernels that read weights alone (Layout.statics), kept across
+    runs and shared by programs with equal keys (one graph's buckets): each is
+    STATIC_HEADER bytes, whose first int64 the driver sets once it has computed the data
+    after them, 64-byte aligned. `reset` makes every one be computed again."""
+
+    def __init__(self) -> None:
+        self._buffers: dict[str, np.ndarray] = {}
+        self._pointers: dict[int, tuple[Layout, np.ndarray]] = {}  # by id(layout)
+
+    @property
+    def nbytes(self) -> int:
+        return sum(b.nbytes for b in self._buffers.values())
+
+    def pointers(self, layout: Layout) -> np.ndarray:
+        """The `stat` array of a program of this layout (int64 addresses)."""
+        hit = self._pointers.get(id(layout))
+        if hit is not None and hit[0] is layout:
+            return hit[1]
+        addresses = []
+        for key, nbytes in layout.statics:
+            buf = self._buffers.get(key)
+            if buf is None:
+                raw = np.zeros(STATIC_HEADER + nbytes + ALIGN, np.uint8)
+                skip = -raw.ctypes.data % ALIGN
+                buf = self._buffers[key] = raw[skip:skip + STATIC_HEADER + nbytes]
+            addresses.append(buf.ctypes.data)
+        ptrs = np.array(addresses or [0], np.int64)
+        self._pointers[id(layout)] = (layout, ptrs)
+        return ptrs
+
+    def reset(self) -> None:
+        for buf in self._buffers.values():
+            buf[:8] = 0
 
 
 class CpuRuntime:
@@ -253,10 +298,12 @@ class CpuRuntime:
                 if not self.recompile:
                     raise
                 warn(f"{e}; compiling again")
+        weights = weight_names(graph)
         saved = ArtifactCache(graph, rules, named) if caching(opts) else None
         hit = saved.load(buckets) if saved is not None else None
         if hit is not None:
-            made = [build(from_genome(s, [0] * len(s.classes), graph.dims), flush) for s in hit]
+            made = [build(from_genome(s, [0] * len(s.classes), graph.dims), flush,
+                          weights=weights) for s in hit]
             record.compiled(graph, self.name, named, buckets, [{}] * len(hit), hit, hit,
                             [dict.fromkeys(range(len(s.classes)), 0) for s in hit],
                             [None] * len(hit), str(saved.path) if saved else None)
@@ -280,7 +327,8 @@ class CpuRuntime:
             for k, space in enumerate(spaces):
                 def realize(genome: Genome, space: SearchSpace = space,
                             profile: bool = searched) -> CompiledProgram:
-                    return build(from_genome(space, genome, graph.dims), flush, profile)
+                    return build(from_genome(space, genome, graph.dims), flush, profile,
+                                 weights)
                 if not searched:
                     genomes.append(Genomes(space).baseline(random.Random(0)))
                     programs.append(realize(genomes[-1]))
@@ -289,7 +337,7 @@ class CpuRuntime:
                 made = Genomes(space)  # (one ranking for the seeds and the search)
                 kind = KernelSearch if opts.search == "kernels" else GeneticSearch
                 search = kind(space, opts, genomes=made,
-                              seeds=seeds(space, envs[k], made) if opts.seeds else ())
+                              seeds=seeds(space, envs[k], made, weights) if opts.seeds else ())
                 genomes.append(tune(graph, search, realize, envs[k], box,
                                     functools.partial(profiling, k))[1])
                 programs.append(realize(genomes[-1], profile=False))  # (its kernels: cached)
@@ -309,6 +357,11 @@ class CpuRuntime:
         if art is not None:
             self._compiled.append((art, [p.library for p in programs]))
         return CpuProgram(graph, buckets, programs)
+
+
+def weight_names(graph: Graph) -> frozenset[str]:
+    """The names of the graph's weight inputs (Graph.tensor(weight=True))."""
+    return frozenset(n.name for n in graph.nodes if n.op == "Input" and n.persist)
 
 
 def caching(options: CompileOptions) -> bool:
@@ -465,6 +518,7 @@ class CpuProgram(Program):
         self._selected: dict[tuple[int, ...], int] = {}  # dims -> program index
         self._slots: dict[int, np.ndarray] = {}  # by program index: see run_raw
         self.input_nodes = [i for i, n in enumerate(graph.nodes) if n.op == "Input"]
+        self.statics = Statics()  # (all buckets': a weight's copy is computed once)
 
     @property
     def compiled(self) -> CompiledProgram:
@@ -474,6 +528,8 @@ class CpuProgram(Program):
     def _bound(self, node: int) -> None:
         for b in self._bindings.values():
             b.pending.add(node)
+        if self.graph.nodes[node].persist:
+            self.statics.reset()
 
     def _select(self, env: Mapping[str, int]) -> int:
         key = tuple(env[d] for d in self._dim_names)
@@ -505,7 +561,7 @@ class CpuProgram(Program):
                 [at[self._by_name[name]] for name in c.layout.input_names], np.intp)
         ins = np.array(inputs, np.int64)[slots] if len(slots) else np.zeros(1, np.int64)
         outs = np.array(outputs or [0], np.int64)
-        c.run((), env, (), ins, outs)
+        c.run((), env, (), ins, outs, statics=self.statics)
         if c.layout.profiled:
             c.log_profile(env)
 
@@ -556,7 +612,7 @@ class CpuProgram(Program):
             for j, (k, s, hit) in enumerate(zip(fed, spares, hits, strict=True)):
                 buffers[k] = np.empty_like(s) if hit else s
                 pointers[k] = buffers[k].ctypes.data if hit else at[j]
-        c.run(bind.arrays, env, buffers, bind.starts, pointers)
+        c.run(bind.arrays, env, buffers, bind.starts, pointers, statics=self.statics)
         if c.layout.profiled:
             c.log_profile(env)
         for o, result, buf in zip(outs, results, buffers, strict=True):

@@ -68,7 +68,7 @@ def load(path: str | os.PathLike, graph: Graph, graph_fp: str, signature: Mappin
     """The artifact of `graph` in the shipped file and its programs, their libraries
     written under `$LUMOS_CACHE/shipped/`; ArtifactError (one line) if the file is damaged,
     has no program for this graph or these buckets, or another runtime signature."""
-    from lumos.runtime.cpu.program import CompiledProgram, saved_space
+    from lumos.runtime.cpu.program import CompiledProgram, saved_space, weight_names
 
     where = repr(str(path))
     art = load_artifact(path, graph_fp, dict(signature), ignore=NOT_COMPARED)
@@ -79,7 +79,8 @@ def load(path: str | os.PathLike, graph: Graph, graph_fp: str, signature: Mappin
     programs = []
     for k, b in enumerate(art.buckets):
         space = saved_space(b.program, Path(path))
-        units, layout = generate(from_genome(space, [0] * len(space.classes), graph.dims), flush)
+        units, layout = generate(from_genome(space, [0] * len(space.classes), graph.dims), flush,
+                                 weights=weight_names(graph))
         name, blob = by_bucket.get(str(k), ("", b""))
         if name != f"{k}:{source_hash(units)}":
             raise ArtifactError(f"artifact {where}: bucket {k}'s kernels are not the ones its "

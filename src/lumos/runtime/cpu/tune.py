@@ -8,7 +8,8 @@ A compile error is `Rejected`, and so is a candidate one of whose compiler proce
 runs longer than `candidate_timeout` (it is killed then): one candidate whose source
 chokes the C compiler must not stall the search. A crash, a hang (past
 `execution_timeout`) or an output that differs from `run_hlir` of the original graph is
-`Invalid`; otherwise the median of `trials` timed runs (after one warm-up run) is
+`Invalid`; otherwise the median of `trials` timed runs (after one warm-up run, which also
+computes what depends on weights alone: a program runs that once per binding) is
 `Measured`. Profiling inputs are random (seeded by `options.seed`) at the bucket's
 representative dims; `prepare` draws them, runs the oracle on them and stashes them in the
 sandbox (starting it), none of which needs the e-graph: CpuRuntime.compile runs it in a
@@ -33,7 +34,7 @@ from lumos.graph import Graph
 from lumos.logs import log, warn
 from lumos.runtime.cpu.cc import CompileError, CompileTimeout, UnsupportedProgram, time_limit
 from lumos.runtime.cpu.isolate import CandidateError, Sandbox, Stashed
-from lumos.runtime.cpu.program import CompiledProgram
+from lumos.runtime.cpu.program import CompiledProgram, Statics
 from lumos.runtime.reference import run_hlir
 from lumos.search import (
     GeneticSearch,
@@ -145,14 +146,16 @@ def timed(program: CompiledProgram, inputs: Sequence[np.ndarray], env: Mapping[s
     the trials (what else runs on the machine only ever adds time; none when the warm-up
     stopped it)."""
     outs = [np.empty(program.shape(b, env), b.dtype.np) for b in program.layout.outputs]
+    statics = Statics()  # (the kernels of weights alone run in the warm-up, untimed)
     t = time.perf_counter()
-    program.run(inputs, env, outs, budget=bound if math.isfinite(bound) else None)
+    program.run(inputs, env, outs, budget=bound if math.isfinite(bound) else None,
+                statics=statics)
     if (warm := time.perf_counter() - t) > bound:
         return warm, []
     times, kernels = [], []
     for _ in range(trials):
         t = time.perf_counter()
-        program.run(inputs, env, outs)
+        program.run(inputs, env, outs, statics=statics)
         times.append(time.perf_counter() - t)
         if program.layout.profiled:
             kernels.append(program.kernel_ns())
@@ -228,8 +231,9 @@ def tune(graph: Graph, search: GeneticSearch | KernelSearch,
                 warn(f"search candidate rejected: {str(e).splitlines()[0]}")
             log("search", f"candidate rejected: {str(e)[:4000]}")
             return Rejected(str(e))
-        arena = program.plan(env)[1]
-        if arena > MAX_ARENA_FRACTION * _memory():  # (a product materialized whole, say)
+        # (a product materialized whole, say; or every weight dequantized once)
+        arena = program.plan(env)[1] + sum(b for _, b in program.layout.statics)
+        if arena > MAX_ARENA_FRACTION * _memory():
             log("search", f"candidate rejected: {arena / 2**30:.1f} GiB of intermediates")
             return Rejected(f"its intermediates take {arena / 2**30:.1f} GiB, more than "
                             f"{MAX_ARENA_FRACTION:.0%} of this machine's memory")
