@@ -79,10 +79,12 @@ def runtime(name: str) -> Any:
 
 
 def options(search: int, buckets: dict[str, list[tuple[int, int, int]]],
-            matmul_precision: str = "highest") -> Any:
-    """The search's options (timing at the benchmarked sizes), or None for no search."""
+            matmul_precision: str = "highest", saturation: float | None = None) -> Any:
+    """The search's options (timing at the benchmarked sizes), or None for no search;
+    `saturation`: the e-graph's time limit, if not the default."""
+    more = {} if saturation is None else {"saturation_time_limit": saturation}
     return CompileOptions(limit=search, dim_buckets=buckets,
-                          matmul_precision=matmul_precision) if search else None
+                          matmul_precision=matmul_precision, **more) if search else None
 
 
 def peer(systems: dict, name: str, wanted: set[str], fn: Callable[[], dict]) -> None:
@@ -222,7 +224,7 @@ def smollm2(args: argparse.Namespace, read_bps: float) -> dict:
     pre = llama.load(args.gguf or llama.smollm2_path(), max_context=args.context)
     t0 = time.perf_counter()
     gen = Generator(pre.model, pre.state, runtime(args.runtime), max_prefill=PREFILL,
-                    options=options(args.search, {}))
+                    options=options(args.search, {}, saturation=args.saturation_limit))
     compile_s = time.perf_counter() - t0
     lumos = bench_llm(pre, gen, PROMPT, PREFILL, DECODE, args.rounds)
     lumos["compile_s"] = compile_s
@@ -481,6 +483,9 @@ def main() -> None:
     ap.add_argument("--gguf", help="smollm2: another GGUF file of the model (e.g. one "
                     "`lumos quantize` wrote); default the package's Q4_1 file")
     ap.add_argument("--context", type=int, default=256, help="smollm2: KV cache length")
+    ap.add_argument("--saturation-limit", type=float, metavar="S",
+                    help="smollm2: the e-graph's time limit (CompileOptions' default if "
+                         "not given)")
     args = ap.parse_args()
     keep_freed_memory()
     read_bps, threads = read_bandwidth(5)  # first: no runtime's worker threads yet
