@@ -8,6 +8,7 @@ import pytest
 
 import lumos
 from lumos.egraph import CORE, Budget, Rules, Stage, build_spaces, decode, worker
+from lumos.egraph.build import saturate
 from lumos.frontend.tensor import iota
 from lumos.runtime.reference import run_hlir
 from lumos.shape import sym
@@ -63,12 +64,31 @@ def test_time_limit_kills_a_runaway_child(capsys):
     (space,) = build_spaces(g, rules=rules, budget=Budget(max_enodes=10**9, time_limit=1.5))
     assert time.perf_counter() - t < 10
     err = capsys.readouterr().err
-    assert "ran past its time limit of 1.5 s and was killed" in err
+    assert "ran past its time limit of 3 s and was killed" in err  # twice the limit
     assert all(len(c) == 1 for c in space.classes)  # the graph without rewrites
     check_runs(g, space)
     # the next limited build starts a fresh worker
     (again,) = build_spaces(long_sum(3), budget=Budget(time_limit=30))
     assert again.num_enodes > 0
+
+
+MARK = """
+(ruleset mark)
+(rewrite (Num 7) (Num 7) :ruleset mark)
+"""
+
+
+def test_time_limit_stops_saturation_but_runs_the_required_stages(capsys):
+    """Past the limit the stages left are skipped, but for the required ones (a backend's
+    lowering), which run to the end: the space is smaller, never unexecutable."""
+    g = long_sum(8)
+    rules = CORE + Rules((EXPLODE,), (Stage(bounded=("explode",), rounds=50),)) + \
+        Rules((MARK,), (Stage(saturate=("mark",), required=True),))
+    (space,) = saturate(g, [{}], rules, Budget(max_enodes=10**9, time_limit=0.0))
+    assert "saturation ran past its time limit of 0 s" in capsys.readouterr().err
+    ran = [r.ruleset for r in space.saturation]
+    assert "explode" not in ran and ran[-1] == "mark"
+    check_runs(g, space)
 
 
 def test_a_lost_bucket_ends_the_other_at_once(monkeypatch, capsys):

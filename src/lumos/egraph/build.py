@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
@@ -23,13 +24,15 @@ NO_LIMITS = Budget()
 def build_spaces(graph: Graph, all_bounds: Sequence[Bounds] = ({},), rules: Rules = CORE,
                  budget: Budget = NO_LIMITS) -> list[SearchSpace]:
     """One SearchSpace per entry of `all_bounds` (dim -> (min, max), overriding the
-    declared ranges). With `budget.time_limit` the work runs in a child process that is
-    killed at the limit (several entries: one child each, side by side where the CPU has
+    declared ranges). With `budget.time_limit` saturation stops at the limit (checked
+    between ruleset runs, then only the `required` stages run: a backend's lowering,
+    without which it cannot execute), and the work runs in a child process that is killed
+    at twice the limit (several entries: one child each, side by side where the CPU has
     the cores); then (with a warning) the spaces are the graph as given, with only the
-    `required` stages run (a backend's lowering, without which it cannot execute)."""
+    required stages run."""
     if budget.time_limit is None:
         return saturate(graph, all_bounds, rules, budget)
-    limit = budget.time_limit
+    limit = 2 * budget.time_limit
     try:
         if len(all_bounds) == 1 or (os.cpu_count() or 1) == 1:
             return worker.call(saturate, (graph, all_bounds, rules, budget), limit)
@@ -64,6 +67,7 @@ def saturate(graph: Graph, all_bounds: Sequence[Bounds], rules: Rules,
         egraphs[rules] = eg, load(eg, rules)
     eg, ctors = egraphs[rules]
     nested = len(all_bounds) > 1
+    deadline = None if budget.time_limit is None else time.perf_counter() + budget.time_limit
     try:
         eg.run_program(b.Push(1))
         eg.run_program(*insert_commands(graph))
@@ -73,7 +77,7 @@ def saturate(graph: Graph, all_bounds: Sequence[Bounds], rules: Rules,
             if nested:
                 eg.run_program(b.Push(1))
             eg.run_program(*bound_facts({**graph.dims, **bounds}))
-            runner = Runner(eg, ctors, budget)
+            runner = Runner(eg, ctors, budget, deadline)
             runner.schedule(rules.stages)
             spaces.append(read_space(eg, ctors, fps))
             spaces[-1].saturation = runner.history

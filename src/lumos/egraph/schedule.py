@@ -6,10 +6,12 @@ rulesets to a fixpoint. The core stages saturate `expr` and `dtype`, then give
 `algebra` a few rounds; a runtime appends its own `Rules` (rule files + stages, e.g.
 its `lower_<backend>` rounds) after them (see ReferenceRuntime.rules). Budgets are
 checked between runs (one iteration of a bounded ruleset, or a saturating ruleset run to
-its fixpoint): the e-node count (`max_enodes`) and the rounds of bounded stages
-(`max_iterations`). Hitting one is a warning and a smaller space; a wall-clock limit is
-enforced by running the whole build in a child process (lumos.egraph.worker) that is
-killed at the limit.
+its fixpoint): the e-node count (`max_enodes`), the rounds of bounded stages
+(`max_iterations`) and the seconds since the build started (`time_limit`). Hitting one
+is a warning and a smaller space: the stages left are skipped but for the `required`
+ones (a backend's lowering), which run unchecked. As one egglog run cannot be
+interrupted, the build runs in a child process (lumos.egraph.worker) that is killed at
+twice the time limit.
 
 LUMOS_LOG=egglog prints, per ruleset, its runs, matches and time; `Runner.history` keeps
 every run (`RulesetRun`: stage, round, iterations, matches, seconds, e-nodes after it) for
@@ -65,7 +67,7 @@ class Rules:
 class Budget:
     max_enodes: int = 1_000_000
     max_iterations: int = 16         # rounds of a bounded stage
-    time_limit: float | None = None  # seconds for the whole build, enforced in a child process
+    time_limit: float | None = None  # seconds for the whole build (checked between runs)
 
 
 CORE = Rules.files(*(RULES_DIR / f"{n}.egg" for n in ("terms", "expr", "dtype", "algebra")),
@@ -111,8 +113,13 @@ class RulesetRun:
 class Runner:
     """Runs stages on one e-graph, checking the budget between runs."""
 
-    def __init__(self, eg: b.EGraph, ctors: set[str], budget: Budget) -> None:
+    def __init__(self, eg: b.EGraph, ctors: set[str], budget: Budget,
+                 deadline: float | None = None) -> None:
         self.eg, self.ctors, self.budget = eg, ctors, budget
+        # (perf_counter) past which the build stops; None: budget.time_limit from now
+        self.deadline = deadline if deadline is not None or budget.time_limit is None \
+            else time.perf_counter() + budget.time_limit
+        self.checked = True  # False while the required stages run after a budget hit
         self.stats: dict[str, list[float]] = defaultdict(lambda: [0, 0, 0.0])  # its, matches, s
         self.history: list[RulesetRun] = []
         self._at = (0, 0)  # (stage, round) being run
@@ -136,6 +143,11 @@ class Runner:
         s[2] += secs
         n = self.enodes()
         self.history.append(RulesetRun(ruleset, *self._at, len(its), matches, secs, n))
+        if not self.checked:
+            return out.report.updated
+        if self.deadline is not None and time.perf_counter() > self.deadline:
+            raise BudgetExceeded(f"saturation ran past its time limit of "
+                                 f"{self.budget.time_limit:g} s after ruleset {ruleset!r}")
         if n > self.budget.max_enodes:
             raise BudgetExceeded(f"{n} e-nodes after ruleset {ruleset!r} "
                                  f"(max_enodes={self.budget.max_enodes})")
@@ -162,13 +174,20 @@ class Runner:
                 return
 
     def schedule(self, stages: tuple[Stage, ...]) -> None:
-        """All stages; a budget hit is a warning and stops saturation there."""
+        """All stages; a budget hit is a warning and stops saturation there, but for the
+        required stages, which run to the end unchecked (from the one it was in)."""
+        k = 0
         try:
             for k, st in enumerate(stages):
                 self._at = (k, 0)
                 self.stage(st)
         except BudgetExceeded as e:
             warn(f"e-graph budget hit: {e}; saturation stopped, the search space is smaller")
+            self.checked = False
+            for j in range(k, len(stages)):
+                if stages[j].required:
+                    self._at = (j, 0)
+                    self.stage(stages[j])
         if enabled("egglog"):
             for rs, (its, matches, secs) in self.stats.items():
                 log("egglog", f"{rs:>12}: {its:4d} iterations {matches:9d} matches {secs:8.3f}s")

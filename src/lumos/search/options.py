@@ -81,8 +81,10 @@ class CompileOptions:
     search_time_limit: float | None = 60.0
     max_enodes: int = 1_000_000
     max_iterations: int = 16
-    # room for a large model to saturate all its buckets on a small machine: a saturation
-    # cut off by the limit leaves its program compiled without rewrites
+    # room for a large model to saturate all its buckets on a small machine: at the limit
+    # saturation stops (a smaller space: fewer rounds of fusion) and the backend's
+    # lowering runs; a build still running at twice the limit is killed and its program
+    # compiled without rewrites
     saturation_time_limit: float | None = 120.0
     flush_denormals: bool = False
     matmul_precision: str = "highest"

@@ -288,6 +288,27 @@ def test_kernels_compile_in_batches_cached_per_kernel(
     assert run() == 123
 
 
+def test_a_large_program_compiles_in_batches_of_bounded_size(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past `BATCH_BYTES` of definitions a batch is split further: a compiler process's
+    time grows with its text, and each one must end within the candidate's timeout."""
+    monkeypatch.setenv("LUMOS_CACHE", str(tmp_path))
+    monkeypatch.setenv("LUMOS_CC_JOBS", "1")
+    monkeypatch.setattr(cc_module, "BATCH_BYTES", 200)
+    compiled: list[str] = []
+    real = cc_module.subprocess.Popen
+    monkeypatch.setattr(cc_module.subprocess, "Popen", lambda cmd, **kw: (
+        compiled.append(Path(cmd[-1]).read_text()) if "-c" in cmd else None) or real(cmd, **kw))
+    defs = [("#include <stdint.h>\n",
+             f"__attribute__((weak)) int64_t k{k}(void) {{ return {k}; }} /*{'x' * 40}*/\n")
+            for k in range(8)]  # 8 x ~90 bytes: 4 batches of 200 bytes, not 2
+    driver = "#include <stdint.h>\nint64_t k0(void), k7(void);\n" \
+        "int64_t run(void) { return k0() * 10 + k7(); }\n"
+    run = ctypes.CDLL(str(cc_module.compile_units([driver, *defs]))).run
+    run.restype = ctypes.c_int64
+    assert run() == 7
+    assert sorted(c.count(") {") for c in compiled) == [1, 2, 2, 2, 2]  # driver, 4 batches
+
 
 def test_a_slow_unit_holds_one_job_not_the_queue(tmp_path: Path,
                                                 monkeypatch: pytest.MonkeyPatch) -> None:

@@ -35,6 +35,10 @@ FLAGS = ("-O3", "-march=native", "-fopenmp", "-fPIC",
          "-fno-math-errno",  # sqrt inlines; values are unchanged
          "-ffp-contract=off")  # no FMA contraction: rounding as written
 LINK = ("-Wl,-Bsymbolic",)  # a library's calls bind to its own kernels, never another's
+# the most bytes of definitions one compiler process gets: a batch's time grows with its
+# text (a program of 1,300 kernels in 4 batches of 2.7 MB ran past the 60 s
+# candidate_timeout each), so a large program compiles in more, smaller batches
+BATCH_BYTES = 256 << 10
 
 
 def blas_flags() -> list[str]:
@@ -157,7 +161,8 @@ def compile_units(units: Sequence[Unit]) -> Path:
     object is cached by the unit's hash (a program that differs from an earlier one in a
     few kernels compiles only those). A unit given as (prelude, definitions) may be
     compiled in one source with others of the same prelude: the missing ones are split
-    into 2 x `LUMOS_CC_JOBS` (default: the CPU count) batches, compiled in parallel, each
+    into 2 x `LUMOS_CC_JOBS` (default: the CPU count) batches, or more where a batch
+    would hold more than `BATCH_BYTES` of definitions, compiled in parallel, each
     unit's `<hash>.ref` naming its batch's object (gcc's start and the prelude cost
     18 ms of a kernel's 36; definitions are weak, so batches that overlap, from processes
     compiling at once, link). The library is cached by the units' hashes, and `<hash>.c`
@@ -192,7 +197,8 @@ def compile_units(units: Sequence[Unit]) -> Path:
                 batches.setdefault(u[0], {})[k] = u[1]
     for prelude, defs in batches.items():
         items = list(defs.items())
-        n = min(len(items), 2 * jobs)
+        size = sum(len(text) for _, text in items)
+        n = min(len(items), max(2 * jobs, -(-size // BATCH_BYTES)))
         for part in (items[i::n] for i in range(n)):
             bk = hashlib.sha256("\0".join(k for k, _ in part).encode()).hexdigest()[:32]
             sources[bk] = prelude + "\n".join(text for _, text in part)
