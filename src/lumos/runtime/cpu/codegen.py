@@ -1523,6 +1523,7 @@ _DIM = re.compile(r"\bD_")  # a dim's value in a kernel's code
 STATIC_HEADER = 64  # bytes before a static buffer's data: its flag (int64, 1: computed)
 _PROFILE = "int64_t lumos_profile_ns[{n}];\n"  # (lumos_now: the driver's)
 _LATE = "  if (lumos_budget_ns > 0 && lumos_now() - t0 > lumos_budget_ns) goto done;"
+DRIVER_PART = 64  # kernel calls per function of the driver
 
 
 def generate(g: Kernels, flush_denormals: bool = False, profile: bool = False,
@@ -1639,14 +1640,25 @@ def generate(g: Kernels, flush_denormals: bool = False, profile: bool = False,
         parts.append(_PROFILE.format(n=len(profiled)))
         calls = [f"  t = lumos_now();\n{c}\n  lumos_profile_ns[{k}] = lumos_now() - t;"
                  for k, c in enumerate(calls)]
-    calls = ["  int64_t t0 = lumos_budget_ns > 0 ? lumos_now() : 0;",
-             *(["  int64_t t;"] if profiled else []),
-             *[line for c in calls for line in (c, _LATE)][:-1], "done:;"]
+    # the calls in parts of DRIVER_PART each (a function of thousands of calls, the
+    # unfused program of a large model, took gcc minutes), each part a function of its own
+    args = "char *arena, const int64_t *off, void **in, void **out, const int64_t *dims, " \
+        "char **stat"
+    steps = []
+    for k in range(0, len(calls), DRIVER_PART):
+        part = [line for c in calls[k:k + DRIVER_PART] for line in (c, _LATE)]
+        if k + DRIVER_PART >= len(calls):
+            part = part[:-1]
+        parts.append(f"static int lumos_part_{len(steps)}({args}, int64_t *lumos_t0) {{\n"
+                     "  int64_t t0 = *lumos_t0;\n" + ("  int64_t t;\n" if profiled else "") +
+                     "\n".join(part) + "\n  *lumos_t0 = t0;\n  return 0;\ndone:\n  return 1;\n}\n")
+        steps.append(f"  if (lumos_part_{len(steps)}(arena, off, in, out, dims, stat, &t0)) "
+                     "goto done;")
+    calls = ["  int64_t t0 = lumos_budget_ns > 0 ? lumos_now() : 0;", *steps, "done:;"]
     if flush_denormals:
         parts.append(_FLUSH)
         calls = ["  lumos_flush_denormals(1);", *calls, "  lumos_flush_denormals(0);"]
-    parts.append("void lumos_run(char *arena, const int64_t *off, void **in, void **out, "
-                 "const int64_t *dims, char **stat) {\n" + "\n".join(calls) + "\n}\n")
+    parts.append(f"void lumos_run({args}) {{\n" + "\n".join(calls) + "\n}\n")
     buffers = [Buffer(i, nodes[i].shape, nodes[i].dtype, nodes[i].name)
                for i in (*inputs, *g.outputs)]
     layout = Layout(tuple(g.dims), tuple(buffers[:len(inputs)]),
