@@ -143,15 +143,24 @@ def test_limit_counts_and_the_last_candidate_is_the_incumbent():
     assert search.best()[1] == min(o.seconds for _, o in seen)
 
 
-def test_seeds_and_baseline_come_first():
+def test_seeds_come_first_and_the_baseline_only_if_none_is_measured():
     space = as_kernels(grid_space(4, 3))
     prefer_v2 = lambda c, n: 0 if n.op == "Kv2" else 1  # noqa: E731
     search = KernelSearch(space, CompileOptions(limit=2), seeds=[prefer_v2])
     first = search.next_candidate()
     assert [n.op for _, n in extract(space, first)] == ["Kv2"] * 4 + ["Output"]
     search.report(first, Measured(1.0))
-    second = search.next_candidate()
-    assert [n.op for _, n in extract(space, second)] == ["Kv0"] * 4 + ["Output"]
+    # (its program reported no kernels to move: the search ends, without the baseline)
+    assert search.next_candidate() is None
+    # the seed fails: the baseline is generation 0's fallback
+    search = KernelSearch(space, CompileOptions(limit=2), seeds=[prefer_v2])
+    search.report(search.next_candidate(), Rejected("the C compiler failed"))
+    fallback = search.next_candidate()
+    assert [n.op for _, n in extract(space, fallback)] == ["Kv0"] * 4 + ["Output"]
+    # without seeds the baseline is generation 0
+    search = KernelSearch(space, CompileOptions(limit=2))
+    assert [n.op for _, n in extract(space, search.next_candidate())] == \
+        ["Kv0"] * 4 + ["Output"]
 
 
 def test_a_batch_that_fails_is_tried_again_in_halves():

@@ -12,8 +12,10 @@ once, and its profile (`Measured.kernels`, from the runtime) judges each by the 
 changed: tinygrad's per-kernel search and TVM's per-task tuning, with the kernel
 boundaries themselves among the choices (DESIGN.md "Search", notes/search.md).
 
-Generation 0 is one genome per seed cost (a backend's rules of thumb), then the baseline,
-as in GeneticSearch; the fastest becomes the incumbent. Every later candidate is the
+Generation 0 is one genome per seed cost (a backend's rules of thumb); the baseline only
+where there are no seeds or none of them could be measured (a large model's unfused
+program took a third of a search's time to compile, and never won); the fastest becomes
+the incumbent. Every later candidate is the
 incumbent with a batch of moves. A move re-picks one class of the incumbent that has a
 choice to make; the classes the new choice reaches that the incumbent does not take their
 first alternative (a shallow move) or their second (a deep move: a producer read inline
@@ -117,6 +119,7 @@ class KernelSearch:
         self._bar: tqdm | None = None
         self.history: list[Trial] = []  # one per reported candidate (lumos viz plots it)
         self._origins: dict[tuple, str] = {}  # handed out, by genome_key: see Trial.origin
+        self._fallback: list[Genome] = []  # generation 0's baseline, where seeds come first
 
     # -- the protocol ------------------------------------------------------------------
     def next_candidate(self) -> Genome | None:
@@ -133,6 +136,10 @@ class KernelSearch:
             for i, x in enumerate(seeded[::-1]):  # (a seed equal to the baseline: the seed)
                 self._origins[genome_key(x)] = "baseline" if i == 0 else \
                     f"seed {len(seeded) - 1 - i}"
+            if self.seeds and len(self._queue) > 1:  # the baseline: if no seed is measured
+                self._fallback = [self._queue.pop()]
+        if not self._queue and not self._pending and self.incumbent is None:
+            self._queue, self._fallback = self._fallback, []
         if self._queue and self.counted + len(self._pending) < self.options.limit:
             genome = self._queue.pop(0)
             self._pending[genome_key(genome)] = (genome, [])
