@@ -32,6 +32,8 @@ CASES = {  # name: (transformers classes, extra config, GGUF architecture)
     "gemma3": ("Gemma3TextConfig", "Gemma3ForCausalLM", dict(
         num_hidden_layers=6, head_dim=24, query_pre_attn_scalar=24, sliding_window=4,
         rope_theta=1e6, rms_norm_eps=1e-6), "gemma3"),  # layers 0-4 slide, 5 is global
+    # fused qkv_proj and gate_up_proj (attn_qkv and ffn_up in the file), split on load
+    "phi3": ("Phi3Config", "Phi3ForCausalLM", dict(pad_token_id=0), "phi3"),
 }
 IDS = [5, 17, 63, 0, 42, 42, 9, 31, 2, 60, 7]
 
@@ -154,6 +156,7 @@ def test_hf_config_and_dense_weights_against_transformers(case):
     state = dense_state(m)
     if case.startswith("gemma"):  # what llama.load does for an HF folder: norms as 1 + w
         state, _ = llama.gemma_norms(state, {})
+    state, _ = llama.split_fused(state, {}, config)  # (and Phi-3's fused matrices split)
     gen = Generator(llama.Llama(config, max_context=16), state, max_prefill=4)
     np.testing.assert_allclose(stepwise(gen, IDS), hf_logits(m, IDS)[2:], rtol=1e-4,
                                atol=1e-4)
@@ -162,16 +165,19 @@ def test_hf_config_and_dense_weights_against_transformers(case):
 def test_unsupported_architectures_and_rope_are_one_line(tmp_path):
     import gguf
 
-    w = gguf.GGUFWriter(tmp_path / "phi.gguf", "phi3")
+    w = gguf.GGUFWriter(tmp_path / "phi.gguf", "phi2")
     w.add_tensor("token_embd.weight", np.zeros((4, 32), np.float32))
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
     w.close()
-    with pytest.raises(WeightError, match=r"phi.gguf: architecture 'phi3' is not "
+    with pytest.raises(WeightError, match=r"phi.gguf: architecture 'phi2' is not "
                                           r"supported \(supported: llama, mistral, qwen2, "
-                                          r"qwen3, gemma2, gemma3"):
+                                          r"qwen3, gemma2, gemma3, phi3"):
         llama.LlamaConfig.from_gguf(GGUFFile(tmp_path / "phi.gguf"))
+    with pytest.raises(WeightError, match=r"partial rotary embedding \(factor 0.75\)"):
+        llama.LlamaConfig.from_hf({**hf_model("phi3").config.to_dict(),
+                                   "partial_rotary_factor": 0.75})
     cfg = hf_model("qwen2").config.to_dict()
     with pytest.raises(WeightError, match="rope scaling .*yarn.* is not supported"):
         llama.LlamaConfig.from_hf({**cfg, "rope_scaling": {"rope_type": "yarn",

@@ -55,13 +55,16 @@ class Arch:
     # every `window_every`-th layer (counting from 1) global, the others sliding
     gemma: bool = False
     window_every: int = 0
+    # Phi-3: q, k and v in one matrix (qkv_proj; GGUF attn_qkv) and the MLP's gate and up
+    # in one (gate_up_proj, gate first; GGUF ffn_up), split on load (`split_fused`)
+    fused: bool = False
 
 
 # by GGUF `general.architecture` and Hugging Face `model_type`
 ARCHS = {"llama": Arch(permuted=True), "mistral": Arch(permuted=True),
          "qwen2": Arch(qkv_bias=True), "qwen3": Arch(qk_norm=True),
          "gemma2": Arch(gemma=True, window_every=2),
-         "gemma3": Arch(gemma=True, qk_norm=True, window_every=6)}
+         "gemma3": Arch(gemma=True, qk_norm=True, window_every=6), "phi3": Arch(fused=True)}
 ARCHS["gemma3_text"] = ARCHS["gemma3"]
 
 
@@ -133,6 +136,13 @@ class LlamaConfig:
                               "(supported: linear, Llama 3's rope_freqs)")
         if "rope_freqs.weight" in f:
             divisors = tuple(float(x) for x in np.asarray(f["rope_freqs.weight"]).ravel())
+        if "rope_factors_long.weight" in f:
+            raise WeightError(f"{f.path}: Phi-3's long-context rope (rope_factors_long) is "
+                              "not supported")
+        rotary = md.get(a + "rope.dimension_count")
+        if a + "attention.key_length" in md and rotary is not None and rotary != head_dim:
+            raise WeightError(f"{f.path}: a rotary embedding of {rotary} of the {head_dim} "
+                              "dimensions of a head is not supported")
         layers = int(need("block_count"))
         window = md.get(a + "attention.sliding_window")
         gemma = {}
@@ -168,6 +178,9 @@ class LlamaConfig:
         heads, d = cfg["num_attention_heads"], cfg["hidden_size"]
         head_dim = cfg.get("head_dim") or d // heads
         theta = cfg.get("rope_theta", 10000.0)
+        if cfg.get("partial_rotary_factor", 1.0) != 1.0:
+            raise WeightError(f"config.json: a partial rotary embedding (factor "
+                              f"{cfg['partial_rotary_factor']}) is not supported")
         divisors = None
         if scaling := cfg.get("rope_scaling"):
             kind = scaling.get("rope_type", scaling.get("type"))
@@ -308,10 +321,17 @@ GEMMA_LAYER_NAMES = GGUF_LAYER_NAMES | {
     "post_ffw_norm": "post_feedforward_layernorm"}
 
 
+# ... and Phi-3's fused matrices
+FUSED_LAYER_NAMES = GGUF_LAYER_NAMES | {"attn_qkv": "self_attn.qkv_proj",
+                                        "ffn_up": "mlp.gate_up_proj"}
+
+
 def hf_name(gguf_name: str, architecture: str = "llama") -> str:
     base, _, suffix = gguf_name.rpartition(".")
     parts = base.split(".")
-    names = GEMMA_LAYER_NAMES if ARCHS[architecture].gemma else GGUF_LAYER_NAMES
+    arch = ARCHS[architecture]
+    names = GEMMA_LAYER_NAMES if arch.gemma else FUSED_LAYER_NAMES if arch.fused else \
+        GGUF_LAYER_NAMES
     if parts[0] == "blk" and len(parts) == 3 and parts[2] in names:
         return f"layers.{parts[1]}.{names[parts[2]]}.{suffix}"
     if base in GGUF_NAMES:
@@ -347,6 +367,35 @@ def gguf_state(f: GGUFFile, c: LlamaConfig) -> tuple[dict[str, np.ndarray | Pack
             rows = unpermute_rows(heads, f.shape(name)[0])
             value = value.rows(rows) if isinstance(value, Packed) else value[rows]
         state[hf] = value
+    return split_fused(state, formats, c)
+
+
+def split_fused(state: Mapping[str, Any], formats: Mapping[str, str], c: LlamaConfig
+                ) -> tuple[dict[str, Any], dict[str, str]]:
+    """Phi-3's fused matrices as the separate ones the layers have: qkv_proj's rows as
+    q_proj, k_proj and v_proj, gate_up_proj's as gate_proj and up_proj (whole rows: a
+    packed matrix splits without unpacking)."""
+    state, formats = dict(state), dict(formats)
+    q, kv = c.num_heads * c.head_dim, c.num_kv_heads * c.head_dim
+    parts = {"self_attn.qkv_proj": (("self_attn.q_proj", q), ("self_attn.k_proj", kv),
+                                    ("self_attn.v_proj", kv)),
+             "mlp.gate_up_proj": (("mlp.gate_proj", c.intermediate_size),
+                                  ("mlp.up_proj", c.intermediate_size))}
+    for k in [k for k in state if k.split(".", 2)[-1].rsplit(".", 1)[0] in parts]:
+        prefix, _, suffix = k.rpartition(".")
+        layer, fused = prefix.split(".", 2)[:2], prefix.split(".", 2)[2]
+        value, fmt = state.pop(k), formats.pop(k, "f32")
+        rows = value.shape[0]
+        if rows != sum(n for _, n in parts[fused]):
+            raise WeightError(f"{k}: {rows} rows, not the "
+                              f"{' + '.join(str(n) for _, n in parts[fused])} of its parts")
+        at = 0
+        for name, n in parts[fused]:
+            part = ".".join([*layer, name, suffix])
+            state[part] = value.rows(np.arange(at, at + n)) if isinstance(value, Packed) \
+                else value[at:at + n]
+            formats[part] = fmt
+            at += n
     return state, formats
 
 
@@ -384,6 +433,7 @@ def load(path: str | os.PathLike, max_context: int = 2048) -> Pretrained:
         formats = {k.removeprefix("model."): folder.dtype(k).name for k in folder}
         if ARCHS[config.architecture].gemma:  # as GGUF stores them: 1 + w
             state, formats = gemma_norms(state, formats)
+        state, formats = split_fused(state, formats, config)
         tok_cfg = path / "tokenizer_config.json"
         template = json.loads(tok_cfg.read_text()).get("chat_template") \
             if tok_cfg.is_file() else None

@@ -105,7 +105,9 @@ class Packed:
 
     def rows(self, index: np.ndarray) -> Packed:
         """The rows (first axis) at `index`, in that order."""
-        return Packed(self.qtype, self.shape, {k: v[index] for k, v in self.parts.items()})
+        index = np.asarray(index)
+        return Packed(self.qtype, (len(index), *self.shape[1:]),
+                      {k: v[index] for k, v in self.parts.items()})
 
 
 def part_shapes(qtype: str, shape: tuple) -> dict[str, tuple]:
