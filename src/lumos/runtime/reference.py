@@ -218,7 +218,8 @@ def _products(g: Graph, needed: set[int]) -> set[int]:
     return out
 
 
-def _sum_of_products(a: np.ndarray, b: np.ndarray, axis: int) -> np.ndarray | None:
+def _sum_of_products(a: np.ndarray, b: np.ndarray, axis: int,
+                     wide: bool = True) -> np.ndarray | None:
     """sum(a * b, axis) without the product when it is a matrix product (each factor
     broadcast along an axis the other is not): the broadcast axes are dropped and np.matmul
     (or np.einsum) contracts the rest (BLAS), floats in f64 (then rounded: at least as
@@ -241,7 +242,7 @@ def _sum_of_products(a: np.ndarray, b: np.ndarray, axis: int) -> np.ndarray | No
     sb = "".join(c for c, d in zip(letters, drop_b, strict=True) if not d)
     out = letters[:axis] + letters[axis + 1:]
     only_a, only_b = [c for c in out if c not in sb], [c for c in out if c not in sa]
-    wide = {"dtype": np.float64} if a.dtype.kind == "f" else {}
+    wide = {"dtype": np.float64} if wide and a.dtype.kind == "f" else {}
     if not (only_a and only_b):
         return np.einsum(f"{sa},{sb}->{out}", xa, xb, optimize=True, **wide)
     # one matmul over views: rows and columns the axes each factor steps through fastest,
@@ -281,9 +282,12 @@ def _lowest(dt: DType) -> Any:
     return np.iinfo(dt.np).min
 
 
-def run_hlir(g: Graph, inputs: Mapping[str, np.ndarray], env: dict[str, int]) -> list[np.ndarray]:
+def run_hlir(g: Graph, inputs: Mapping[str, np.ndarray], env: dict[str, int],
+             wide: bool = True) -> list[np.ndarray]:
     """Execute the HLIR of `g` node by node (the oracle): the values of `g.outputs`, given
-    its inputs' data by name."""
+    its inputs' data by name. `wide=False`: float matrix products summed in their own
+    dtype (plain BLAS), not in f64 (what an ordinary evaluation rounds: the search's check
+    measures its slack by it, see runtime.cpu.tune.matches)."""
     needed = set(live_nodes(g))
     last_use = {j: i for i in sorted(needed) for j in g.nodes[i].inputs}
     products = _products(g, needed)
@@ -299,7 +303,7 @@ def run_hlir(g: Graph, inputs: Mapping[str, np.ndarray], env: dict[str, int]) ->
                 continue
             if node.op == "SumReduce" and node.inputs[0] in products:
                 j = node.inputs[0]
-                r = _sum_of_products(*vals[j], node.axis)
+                r = _sum_of_products(*vals[j], node.axis, wide)
                 if r is None:  # not a matrix product: multiply, then sum, as written
                     d = g.nodes[j].dtype
                     args = [evaluate(g.nodes[j], vals[j], [g.nodes[k].dtype

@@ -64,6 +64,9 @@ def _memory() -> int:
 # relative tolerance per float dtype; the absolute one is scaled by the output's magnitude,
 # so a reduction summed in another order (relative error ~ eps * sqrt(n)) still matches
 RTOL = {"f64": 1e-10, "f32": 1e-4, "f16": 1e-2, "bf16": 5e-2}
+# a candidate may also lie this many times as far from the oracle as the graph evaluated
+# plainly does (`slack`): its own order of sums rounds differently, not worse by much
+SLACK = 4.0
 
 
 def profiling_inputs(graph: Graph, env: Mapping[str, int], seed: int) -> dict[str, np.ndarray]:
@@ -120,8 +123,9 @@ def _under_a_root(graph: Graph) -> set[int]:
     return found
 
 
-def matches(got: np.ndarray, want: np.ndarray, dt: DType) -> bool:
-    """Exact for ints and bools; floats within RTOL, NaN where the oracle has NaN."""
+def matches(got: np.ndarray, want: np.ndarray, dt: DType, slack: float = 0.0) -> bool:
+    """Exact for ints and bools; floats within RTOL of the oracle's largest magnitude (or
+    `SLACK` x `slack`, if more), NaN where the oracle has NaN."""
     if got.shape != want.shape or got.dtype != want.dtype:
         return False
     if not dt.is_float:
@@ -131,7 +135,26 @@ def matches(got: np.ndarray, want: np.ndarray, dt: DType) -> bool:
     finite = np.isfinite(w)
     scale = float(np.abs(w[finite]).max()) if finite.any() else 1.0
     tol = RTOL[dt.name]
-    return bool(np.allclose(g, w, rtol=tol, atol=tol * max(1.0, scale), equal_nan=True))
+    return bool(np.allclose(g, w, rtol=tol, atol=max(tol * max(1.0, scale), SLACK * slack),
+                            equal_nan=True))
+
+
+def slack(graph: Graph, data: Mapping[str, np.ndarray], env: Mapping[str, int],
+          want: Sequence[np.ndarray]) -> list[float]:
+    """Per output, how far the graph evaluated plainly (float products summed in their
+    own dtype: run_hlir(wide=False)) lies from the oracle (summed in f64): the rounding
+    an ordinary evaluation of this graph on these inputs accumulates. A deep network's
+    outputs legitimately drift that far (the KV caches of SmolLM2's last layers: 1.2e-4
+    of their scale, past RTOL, by rounding that grows smoothly layer by layer, where a
+    candidate's errors were 0.8-2.5x the plain evaluation's)."""
+    plain = run_hlir(graph, data, dict(env), wide=False)
+    out = []
+    for o, p, w in zip(graph.outputs, plain, want, strict=True):
+        dt = graph.nodes[o].dtype
+        d = np.abs(to_numpy_value(p, dt).astype(np.float64) -
+                   to_numpy_value(w, dt).astype(np.float64)) if dt.is_float else None
+        out.append(float(np.nanmax(d)) if d is not None and d.size else 0.0)
+    return out
 
 
 _SEARCHES = itertools.count()
@@ -170,6 +193,7 @@ class Profiling:
     key: str
     data: dict[str, np.ndarray]
     want: list[np.ndarray]
+    slack: list[float]  # per output (see `slack`)
 
     def stash(self, sandbox: Sandbox) -> None:
         """Both in the sandbox (again only if its worker was replaced): candidates are
@@ -179,12 +203,14 @@ class Profiling:
 
 
 def differs(program: CompiledProgram, inputs: Sequence[np.ndarray], env: Mapping[str, int],
-            want: Sequence[list[np.ndarray]], dtypes: Sequence[DType]) -> int | None:
+            want: Sequence[list[np.ndarray]], dtypes: Sequence[DType],
+            slacks: Sequence[float]) -> int | None:
     """Runs in the sandbox: the first output of `program` that does not match the
-    oracle's (`want[0]`), or None."""
+    oracle's (`want[0]`; `slacks`: see `slack`), or None."""
     got = program(inputs, env)
-    return next((k for k, (a, w, dt) in enumerate(zip(got, want[0], dtypes, strict=True))
-                 if not matches(a, w, dt)), None)
+    return next((k for k, (a, w, dt, sl) in enumerate(zip(got, want[0], dtypes, slacks,
+                                                          strict=True))
+                 if not matches(a, w, dt, sl)), None)
 
 
 def prepare(graph: Graph, env: Mapping[str, int], seed: int, sandbox: Sandbox) -> Profiling:
@@ -194,7 +220,8 @@ def prepare(graph: Graph, env: Mapping[str, int], seed: int, sandbox: Sandbox) -
     sandbox.start()  # its worker imports lumos while the oracle runs
     data = profiling_inputs(graph, env, seed)
     # the sandbox holds them for the whole search
-    profiling = Profiling(f"inputs-{next(_SEARCHES)}", data, run_hlir(graph, data, dict(env)))
+    want = run_hlir(graph, data, dict(env))
+    profiling = Profiling(f"inputs-{next(_SEARCHES)}", data, want, slack(graph, data, env, want))
     try:
         profiling.stash(sandbox)
     except CandidateError:
@@ -256,7 +283,7 @@ def tune(graph: Graph, search: GeneticSearch | KernelSearch,
             check = best is None or seconds < best[1] or \
                 (hasattr(search, "check_all") and search.check_all())
             k = sandbox.run(differs, program, inputs, dict(env), Stashed(f"{p.key}/want", ["want"]),
-                            dtypes, timeout=opts.execution_timeout) if check else None
+                            dtypes, p.slack, timeout=opts.execution_timeout) if check else None
             if k is not None:
                 log("search", f"candidate output {k} differs from the reference "
                               f"(source {program.source})")
