@@ -173,3 +173,31 @@ def test_the_server_stops_cleanly(server):
     assert proc.wait(timeout=30) == -signal.SIGTERM
     drain.join(timeout=10)
     assert not any("Traceback" in line for line in lines), "".join(lines)
+
+
+class _Stop(Exception):
+    pass
+
+
+def test_a_client_told_the_url_is_not_refused():
+    """`ready` is called once the socket listens: a connection made at once is queued
+    until the server runs (it was refused in the moment before uvicorn listened)."""
+    import socket
+
+    from lumos import serve
+
+    class NoEngine:
+        def close(self) -> None:
+            pass
+
+    connected = []
+
+    def ready(url: str) -> None:
+        host, port = url.removeprefix("http://").rsplit(":", 1)
+        with socket.create_connection((host, int(port)), timeout=5):
+            connected.append(url)
+        raise _Stop
+
+    with pytest.raises(_Stop):
+        serve.serve(NoEngine(), "127.0.0.1", 0, ready)
+    assert connected

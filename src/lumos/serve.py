@@ -334,7 +334,7 @@ def app(engine: Engine) -> Any:
 def serve(engine: Engine, host: str, port: int,
           ready: Callable[[str], None] | None = None) -> None:
     """Listen on host:port (0: a free port) until interrupted; `ready` gets the base URL
-    once the socket is bound."""
+    once the socket listens (connections made from then on wait for the server)."""
     import socket
 
     import uvicorn
@@ -342,6 +342,7 @@ def serve(engine: Engine, host: str, port: int,
     sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, port))
+    sock.listen(2048)  # before `ready`: a client told the URL is queued, not refused
     url = f"http://{host}:{sock.getsockname()[1]}"
     config = uvicorn.Config(app(engine), log_level="warning", timeout_graceful_shutdown=5)
     if ready:
