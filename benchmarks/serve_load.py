@@ -40,7 +40,7 @@ PROMPTS = ["Once upon a time, there was a little", "The capital of France is",
 def start(args: argparse.Namespace) -> tuple[subprocess.Popen, str, float]:
     t = time.perf_counter()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "lumos.cli", "serve", args.model, "--port", "0",
+        [sys.executable, "-m", "lumos.cli", "serve", args.model, "--port", "0", "--name", "bench",
          "--context", str(args.context), "--max-prefill", str(args.max_prefill)],
         stderr=subprocess.PIPE, text=True)
     assert proc.stderr is not None
@@ -56,7 +56,7 @@ def start(args: argparse.Namespace) -> tuple[subprocess.Popen, str, float]:
 
 def stream(url: str, prompt: str, max_tokens: int) -> tuple[float, float, int]:
     """One streaming completion: (seconds to the first text, seconds in all, tokens)."""
-    body = json.dumps({"model": "m", "prompt": prompt, "max_tokens": max_tokens,
+    body = json.dumps({"model": "bench", "prompt": prompt, "max_tokens": max_tokens,
                        "temperature": 0, "stream": True,
                        "stream_options": {"include_usage": True}}).encode()
     req = urllib.request.Request(url + "/v1/completions", body,
