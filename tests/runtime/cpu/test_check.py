@@ -68,3 +68,21 @@ def test_slack_is_what_plain_sums_round_and_zero_without_products():
     (y * 2 + 1).exp().output()
     hd = profiling_inputs(h, env, 0)
     assert slack(h, hd, env, run_hlir(h, hd, env)) == [0.0]
+
+
+def test_an_overflow_of_the_plain_sums_widens_nothing():
+    """Products whose f32 sums overflow where the oracle's f64 sums do not: the plain
+    evaluation's inf is no drift to allow (it would let any finite candidate pass)."""
+    g = lumos.Graph()
+    a = g.tensor((2, 3), F32, "a")
+    b = g.tensor((3, 2), F32, "b")
+    (a @ b).output()
+    env: dict[str, int] = {}
+    # 3e38 + 3e38 - 3e38: inf summed in order in f32, 3e38 in f64
+    data = {"a": np.array([[1e19, 1e19, -1e19]] * 2, np.float32),
+            "b": np.full((3, 2), 3e19, np.float32)}
+    want = run_hlir(g, data, env)
+    assert np.isfinite(want[0]).all()
+    with np.errstate(over="ignore"):
+        assert not np.isfinite(run_hlir(g, data, env, wide=False)[0]).all()
+        assert slack(g, data, env, want) == [0.0]

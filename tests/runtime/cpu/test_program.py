@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 import lumos
 from lumos.runtime.cpu import CompileError, CpuRuntime, build
 from lumos.runtime.cpu import cc as cc_module
+from lumos.runtime.cpu import codegen as codegen_module
 from lumos.runtime.cpu import program as program_module
 from lumos.runtime.cpu.plan import ALIGN, plan
 from tests.runtime.cpu.common import BASELINE, assert_same, execute_both, run_both
@@ -219,9 +220,14 @@ def test_compile_cache_hit(monkeypatch: pytest.MonkeyPatch) -> None:
     assert build(g).library == first.library
 
 
-def test_a_run_with_a_budget_stops_between_kernels() -> None:
+@pytest.mark.parametrize("part", [64, 1])
+def test_a_run_with_a_budget_stops_between_kernels(part: int,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     """A search's timing run of a candidate that has lost stops after the kernel that
-    passes its budget; a run without one (after it, too) computes everything."""
+    passes its budget; a run without one (after it, too) computes everything. The same
+    with the driver's calls in parts of one call each (codegen.DRIVER_PART): the stop
+    crosses from a part to the driver."""
+    monkeypatch.setattr(codegen_module, "DRIVER_PART", part)
     g = lumos.Graph()
     x = g.tensor((64, 64), lumos.f32, "x")
     outs = [(x * (k + 2)).exp().sum(1).output() for k in range(4)]  # a kernel each, at least
