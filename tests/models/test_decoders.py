@@ -86,6 +86,8 @@ def write_gguf(m: torch.nn.Module, case: str, path, kinds: list | None = None
                     c.hidden_size // c.num_attention_heads)):
         w.add_uint32(f"{arch}.{key}", v)
     w.add_float32(f"{arch}.rope.freq_base", c.rope_theta)
+    if getattr(c, "pad_token_id", None) is not None:  # (Phi-3's, within the tiny vocab)
+        w.add_pad_token_id(c.pad_token_id)
     w.add_float32(f"{arch}.attention.layer_norm_rms_epsilon", c.rms_norm_eps)
     gemma = arch.startswith("gemma")
     if gemma:
@@ -186,11 +188,13 @@ def test_unsupported_architectures_and_rope_are_one_line(tmp_path):
         llama.LlamaConfig.from_hf({**cfg, "use_sliding_window": True, "sliding_window": 8})
 
 
-def test_qwen2_file_as_transformers_loads_it(tmp_path):
+@pytest.mark.parametrize("case", ["qwen2", "phi3"])
+def test_file_as_transformers_loads_it(case, tmp_path):
     """The file itself, read by transformers' own GGUF loader (it reads every field a
-    Qwen2 file has; it ignores Llama 3's rope_freqs and Qwen3's key_length)."""
-    m = hf_model("qwen2", seed=2)
-    write_gguf(m, "qwen2", tmp_path / "tiny.gguf")
+    Qwen2 or Phi-3 file has, Phi-3's fused matrices too; it ignores Llama 3's rope_freqs
+    and Qwen3's key_length)."""
+    m = hf_model(case, seed=2)
+    write_gguf(m, case, tmp_path / "tiny.gguf")
     theirs = transformers.AutoModelForCausalLM.from_pretrained(
         str(tmp_path), gguf_file="tiny.gguf").eval()
     f = GGUFFile(tmp_path / "tiny.gguf")
