@@ -38,7 +38,7 @@ threads (a step took 23.8 ms on 2 threads vs 8.2 ms with spinning, 12.3 ms on 1 
 Writes results/models.json. A full run takes 10-20 minutes on 2 cores.
 
     .venv/bin/python benchmarks/models.py [--models smollm2 minilm mobilenet]
-        [--gguf FILE] [--context 256]
+        [--gguf FILE] [--context 256] [--prompt 16]
         [--runtime cpu|reference] [--search 2] [--rounds 3] [--peers ...]
 """
 
@@ -226,15 +226,15 @@ def smollm2(args: argparse.Namespace, read_bps: float) -> dict:
     gen = Generator(pre.model, pre.state, runtime(args.runtime), max_prefill=PREFILL,
                     options=options(args.search, {}, saturation=args.saturation_limit))
     compile_s = time.perf_counter() - t0
-    lumos = bench_llm(pre, gen, PROMPT, PREFILL, DECODE, args.rounds)
+    lumos = bench_llm(pre, gen, args.prompt, PREFILL, DECODE, args.rounds)
     lumos["compile_s"] = compile_s
     rng = np.random.default_rng(1)
     vocab = pre.model.config.vocab_size
-    prompt, prefill, steps = (rng.integers(3, vocab, n).tolist() for n in (PROMPT, PREFILL,
+    prompt, prefill, steps = (rng.integers(3, vocab, n).tolist() for n in (args.prompt, PREFILL,
                                                                            DECODE))
     gen.reset()
     got = gen(prompt)
-    r: dict = {"what": f"decode after a {PROMPT}-token prompt ({DECODE} steps), prefill of "
+    r: dict = {"what": f"decode after a {args.prompt}-token prompt ({DECODE} steps), prefill of "
                        f"{PREFILL} tokens", "systems": {"lumos": lumos}}
     r["decode_bytes_per_token"] = lumos["bytes_per_token"]
     r["decode_fraction_of_read_bandwidth"] = lumos["bytes_per_token"] * \
@@ -483,6 +483,9 @@ def main() -> None:
     ap.add_argument("--gguf", help="smollm2: another GGUF file of the model (e.g. one "
                     "`lumos quantize` wrote); default the package's Q4_1 file")
     ap.add_argument("--context", type=int, default=256, help="smollm2: KV cache length")
+    ap.add_argument("--prompt", type=int, default=PROMPT, metavar="N",
+                    help="smollm2: the tokens in the context before decode is timed (default "
+                    f"{PROMPT}; 1000 or 4000 with --context 4096: decode at a filled context)")
     ap.add_argument("--saturation-limit", type=float, metavar="S",
                     help="smollm2: the e-graph's time limit (CompileOptions' default if "
                          "not given)")
