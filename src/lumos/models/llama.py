@@ -381,17 +381,18 @@ def split_fused(state: Mapping[str, Any], formats: Mapping[str, str], c: LlamaCo
                                     ("self_attn.v_proj", kv)),
              "mlp.gate_up_proj": (("mlp.gate_proj", c.intermediate_size),
                                   ("mlp.up_proj", c.intermediate_size))}
-    for k in [k for k in state if k.split(".", 2)[-1].rsplit(".", 1)[0] in parts]:
-        prefix, _, suffix = k.rpartition(".")
-        layer, fused = prefix.split(".", 2)[:2], prefix.split(".", 2)[2]
+    for k in list(state):
+        layer, _, rest = k.partition(".")[2].partition(".")  # layers.<i>.<fused>.<suffix>
+        fused, _, suffix = rest.rpartition(".")
+        if not k.startswith("layers.") or fused not in parts:
+            continue
         value, fmt = state.pop(k), formats.pop(k, "f32")
-        rows = value.shape[0]
-        if rows != sum(n for _, n in parts[fused]):
-            raise WeightError(f"{k}: {rows} rows, not the "
+        if value.shape[0] != sum(n for _, n in parts[fused]):
+            raise WeightError(f"{k}: {value.shape[0]} rows, not the "
                               f"{' + '.join(str(n) for _, n in parts[fused])} of its parts")
         at = 0
         for name, n in parts[fused]:
-            part = ".".join([*layer, name, suffix])
+            part = f"layers.{layer}.{name}.{suffix}"
             state[part] = value.rows(np.arange(at, at + n)) if isinstance(value, Packed) \
                 else value[at:at + n]
             formats[part] = fmt

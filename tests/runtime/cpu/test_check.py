@@ -27,7 +27,7 @@ def test_rtol_of_the_scale_bounds_a_well_conditioned_output():
     nan = want.copy()
     nan[6, 32] = np.nan
     assert not matches(nan, want, F32)
-    assert not matches(nan, want, F32, slack=1e9)  # a spurious NaN loses whatever the slack
+    assert not matches(nan, want, F32, drift=1e9)  # a spurious NaN loses whatever the slack
     assert matches(nan, nan, F32)  # ... a NaN where the oracle has one does not
 
 
@@ -35,10 +35,10 @@ def test_slack_widens_the_bound_to_a_multiple_of_the_plain_evaluations_drift():
     want = np.full((4, 4), 100.0, np.float32)
     off = want + np.float32(0.05)  # 5e-4 of the scale: past RTOL
     assert not matches(off, want, F32)
-    assert matches(off, want, F32, slack=0.05 / SLACK * 1.01)
-    assert not matches(off, want, F32, slack=0.05 / SLACK * 0.5)
+    assert matches(off, want, F32, drift=0.05 / SLACK * 1.01)
+    assert not matches(off, want, F32, drift=0.05 / SLACK * 0.5)
     ints = np.arange(6, dtype=np.int32)
-    assert not matches(ints + 1, ints, lumos.i32, slack=1e9)  # ints stay exact
+    assert not matches(ints + 1, ints, lumos.i32, drift=1e9)  # ints stay exact
 
 
 def deep_products(layers: int) -> lumos.Graph:

@@ -123,9 +123,10 @@ def _under_a_root(graph: Graph) -> set[int]:
     return found
 
 
-def matches(got: np.ndarray, want: np.ndarray, dt: DType, slack: float = 0.0) -> bool:
+def matches(got: np.ndarray, want: np.ndarray, dt: DType, drift: float = 0.0) -> bool:
     """Exact for ints and bools; floats within RTOL of the oracle's largest magnitude (or
-    `SLACK` x `slack`, if more), NaN where the oracle has NaN."""
+    `SLACK` x `drift`, the plain evaluation's: see `slack`, if more), NaN where the oracle
+    has NaN."""
     if got.shape != want.shape or got.dtype != want.dtype:
         return False
     if not dt.is_float:
@@ -135,7 +136,7 @@ def matches(got: np.ndarray, want: np.ndarray, dt: DType, slack: float = 0.0) ->
     finite = np.isfinite(w)
     scale = float(np.abs(w[finite]).max()) if finite.any() else 1.0
     tol = RTOL[dt.name]
-    return bool(np.allclose(g, w, rtol=tol, atol=max(tol * max(1.0, scale), SLACK * slack),
+    return bool(np.allclose(g, w, rtol=tol, atol=max(tol * max(1.0, scale), SLACK * drift),
                             equal_nan=True))
 
 
