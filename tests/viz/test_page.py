@@ -57,7 +57,10 @@ def test_page_content(page):
         assert f"<td>{ruleset}</td>" in text
     rows = re.findall(r"<tr><td class=num>(\d+)</td><td class=num>(\d+)</td>"
                       r"<td>([^<]+)</td><td>(measured|invalid|rejected)</td>", text)
-    assert [r[0] for r in rows] == ["0", "1", "2"] and rows[0][2] == "seed 0"
+    # (a budget of 3: the seeds, then the moves' search has no room; the baseline is
+    # timed only when no seed could be)
+    assert 2 <= len(rows) <= 3 and rows[0][2] == "seed 0"
+    assert [r[0] for r in rows] == [str(i) for i in range(len(rows))]
     kernels = re.findall(r"<tr><td class=num>\d+</td><td>(\w+)</td><td>\(([\d, ]*)\)</td>"
                          r"<td>f32</td><td class=num>([\d.]+)</td>", text)
     assert kernels and all(float(us) >= 0 for _, _, us in kernels)
