@@ -1,6 +1,7 @@
 """`lumos serve` as a real process on a loopback port, driven by the official `openai`
 client and raw HTTP: a tiny random Llama whose texts are checked against the same model's
-`Generator` in this process (greedy), streaming and not, 8 concurrent clients, stop
+`Generator` in this process (greedy), streaming and not, 8 concurrent clients batched
+3 at a time (each client's text still the generator's for its prompt alone), stop
 strings, bad requests answered with a 4xx while the server goes on, and a clean stop."""
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ def server(tmp_path_factory):
     proc = subprocess.Popen(
         [sys.executable, "-m", "lumos.cli", "serve", str(folder), "--name", "tiny",
          "--runtime", "reference", "--context", str(CONTEXT), "--max-prefill", "8",
+         "--slots", "3",  # (fewer than the 8 concurrent clients: some wait, then join)
          "--port", "0"], stderr=subprocess.PIPE, text=True,
         env={**os.environ, "LUMOS_ARTIFACTS": "off"})
     url, lines = None, []

@@ -1,12 +1,15 @@
-"""`lumos serve`: an OpenAI-compatible HTTP server over one compiled `Generator`.
+"""`lumos serve`: an OpenAI-compatible HTTP server over one compiled `Batch`.
 
 Routes: `GET /health`, `GET /v1/models`, `POST /v1/completions` and
 `POST /v1/chat/completions` (`stream: true` sends server-sent events, `data: [DONE]` last).
 The program is compiled (or loaded from the artifact cache) before the server listens.
 
-Requests run one at a time on an engine thread, in arrival order, each over a fresh
-context; a streaming client's tokens go out as they are made. A request whose client has
-gone is dropped between two tokens. Bad requests get a 4xx JSON error in OpenAI's shape
+Requests are batched continuously (`lumos.batch.Batch`): each running request holds a
+row of a batched KV cache, every step decodes one token of each, and a request that
+arrives is prefilled between two steps and joins the next one; beyond the batch's rows
+requests wait in arrival order. A streaming client's tokens go out as they are made. A
+request whose client has gone is dropped between two steps, freeing its row. Bad
+requests get a 4xx JSON error in OpenAI's shape
 (`{"error": {"message", "type", "param", "code"}}`) and the server goes on.
 """
 
@@ -22,7 +25,10 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from lumos.generate import Generator, Sampling, TextStream, render_chat
+import numpy as np
+
+from lumos.batch import Batch
+from lumos.generate import Sampling, TextStream, render_chat, sample
 
 
 class RequestError(Exception):
@@ -55,13 +61,26 @@ class Job:
         self.loop.call_soon_threadsafe(self.out.put_nowait, item)
 
 
-class Engine:
-    """The compiled model and the thread that runs the jobs, one at a time."""
+@dataclass
+class Running:
+    """A job holding a row of the batch: its sequence, the tokens so far, its sampler."""
 
-    def __init__(self, name: str, gen: Generator, tokenizer: Any, chat_template: str | None,
+    job: Job
+    seq: int
+    history: list[int]
+    rng: np.random.Generator
+    made: int = 0
+    last: int = -1  # the token to feed next
+
+
+class Engine:
+    """The compiled model and the thread that runs the jobs, batched."""
+
+    def __init__(self, name: str, batch: Batch, tokenizer: Any, chat_template: str | None,
                  bos_token: str = "", eos_token: str = "",
                  stop_ids: frozenset[int] = frozenset()) -> None:
-        self.name, self.gen, self.tokenizer = name, gen, tokenizer
+        self.name, self.batch, self.tokenizer = name, batch, tokenizer
+        self.max_context = batch.max_context
         self.chat_template, self.bos_token, self.eos_token = chat_template, bos_token, eos_token
         self.stop_ids = stop_ids
         self.created = int(time.time())
@@ -73,25 +92,57 @@ class Engine:
         self.jobs.put(None)
 
     def _work(self) -> None:
-        while (job := self.jobs.get()) is not None:
-            if job.cancelled.is_set():
+        running: dict[int, Running] = {}
+        while True:
+            while len(running) < self.batch.slots:  # new jobs join between two steps
+                try:
+                    job = self.jobs.get(block=not running)
+                except queue.Empty:
+                    break
+                if job is None:
+                    return
+                if not job.cancelled.is_set():
+                    self._start(job, running)
+            if not running:
                 continue
             try:
-                job.put((None, self._generate(job)))
-            except Exception as e:  # reported to the request, the engine goes on
-                job.put((None, e))
+                logits = self.batch.step({q: r.last for q, r in running.items()})
+            except Exception as e:  # reported to every request, the engine goes on
+                for r in list(running.values()):
+                    self._end(r, running, e)
+                continue
+            for q, r in list(running.items()):
+                self._next(r, logits[q], running)
 
-    def _generate(self, job: Job) -> str:
-        """The tokens to the job as `Generator.generate` makes them; the finish reason."""
-        self.gen.reset()
-        n = 0
-        for t in self.gen.generate(job.ids, job.max_tokens, job.sampling, self.stop_ids):
-            if job.cancelled.is_set():
-                return "cancelled"
-            job.put((t, None))
-            n += 1
-        return "length" if n == job.max_tokens or self.gen.pos >= self.gen.max_context \
-            else "stop"
+    def _start(self, job: Job, running: dict[int, Running]) -> None:
+        seq = self.batch.open()
+        r = Running(job, seq, list(job.ids), np.random.default_rng(job.sampling.seed))
+        running[seq] = r
+        try:
+            logits = self.batch.feed(seq, job.ids)
+        except Exception as e:
+            self._end(r, running, e)
+            return
+        self._next(r, logits, running)
+
+    def _next(self, r: Running, logits: np.ndarray, running: dict[int, Running]) -> None:
+        """The token after `logits` to the job, or its end (as `Generator.generate`)."""
+        if r.job.cancelled.is_set():
+            return self._end(r, running, "cancelled")
+        t = sample(logits, r.history, r.job.sampling, r.rng)
+        if t in self.stop_ids:
+            return self._end(r, running, "stop")
+        r.job.put((t, None))
+        r.made += 1
+        r.history.append(t)
+        r.last = t
+        if r.made == r.job.max_tokens or self.batch.length(r.seq) >= self.max_context:
+            self._end(r, running, "length")
+
+    def _end(self, r: Running, running: dict[int, Running], end: Any) -> None:
+        r.job.put((None, end))
+        self.batch.close(r.seq)
+        del running[r.seq]
 
 
 # --- requests --------------------------------------------------------------------------
@@ -172,12 +223,12 @@ def parse(engine: Engine, body: Any, chat: bool) -> Request:
             raise RequestError(400, "'prompt' must be a string", "prompt")
         limit = _int(body, "max_tokens", 16, 1)
     ids = engine.tokenizer.encode(text, add_special_tokens=not chat).ids  # a template has BOS
-    room = engine.gen.max_context - len(ids)
+    room = engine.max_context - len(ids)
     if not ids:
         raise RequestError(400, "the prompt is empty", "messages" if chat else "prompt")
     if room < 1:
         raise RequestError(400, f"the prompt has {len(ids)} tokens; the context holds "
-                                f"{engine.gen.max_context}", "messages" if chat else "prompt",
+                                f"{engine.max_context}", "messages" if chat else "prompt",
                            "context_length_exceeded")
     sampling = Sampling(temperature=_number(body, "temperature", 1.0, 0.0, 2.0),
                         top_p=_number(body, "top_p", 1.0, 0.0, 1.0),

@@ -24,6 +24,34 @@ def test_combos_and_select():
     assert combos({"s": (4, 100)}, {"s": [(1, None, 8)]}) == [{"s": DimBucket(4, 100, 8)}]
 
 
+def test_joint_buckets_give_only_their_combinations():
+    dims = {"b": (1, 16), "s": (1, 512), "p": (0, 99)}
+    joint = {("b", "s"): [((1, 1, 1), (2, 512, 128)), ((1, 16, 8), (1, 1, 1))]}
+    cs = combos(dims, CompileOptions(dim_buckets=joint).dim_buckets)
+    p = DimBucket(0, 99, 0)
+    assert cs == [{"b": DimBucket(1, 1, 1), "p": p, "s": DimBucket(2, 512, 128)},
+                  {"b": DimBucket(1, 16, 8), "p": p, "s": DimBucket(1, 1, 1)}]
+    assert select(cs, {"b": 1, "s": 300, "p": 5}) == 0
+    assert select(cs, {"b": 1, "s": 1, "p": 5}) == 1 and select(cs, {"b": 9, "s": 1, "p": 0}) == 1
+    with pytest.raises(lumos.BindError, match=r"b=4, p=0, s=7 are in no bucket combination"):
+        select(cs, {"b": 4, "s": 7, "p": 0})
+    # with a dim bucketed alone: the product of the groups
+    cs = combos(dims, {**joint, "p": [(0, 9, 0), (10, 99, 50)]})
+    assert len(cs) == 4 and [c["p"].max for c in cs] == [9, 99, 9, 99]
+
+
+@pytest.mark.parametrize("buckets, msg", [
+    ({("b", "s"): [((1, 1, 1), (1, 8, 1)), ((1, 4, 1), (2, 9, 2))]}, "buckets overlap"),
+    ({("b", "s"): [((1, 1, 1),)]}, "one .min, max, representative. per dim"),
+    ({("b", "s"): [((1, 1, 1), (1, 1, 1))], "s": [(1, 2, 1)]}, r"dim \['s'\] is bucketed "
+                                                                 "twice"),
+    ({("b", 3): [((1, 1, 1), (1, 1, 1))]}, "a key is a dim name or a tuple"),
+])
+def test_bad_joint_buckets(buckets, msg):
+    with pytest.raises(ValueError, match=msg):
+        CompileOptions(dim_buckets=buckets)
+
+
 @pytest.mark.parametrize("buckets, msg", [
     ({"s": [(1, 8, 1), (8, 16, 8)]}, r"buckets \[1, 8\] and \[8, 16\] overlap"),
     ({"s": [(1, None, 1), (8, 16, 8)]}, r"buckets \[1, inf\] and \[8, 16\] overlap"),

@@ -73,6 +73,8 @@ def _parser() -> argparse.ArgumentParser:
                                        "lumos compile smollm2 -o smollm2.lar")
     c.add_argument("model", help=known)
     c.add_argument("-o", "--output", required=True, help="the artifact file to write")
+    c.add_argument("--slots", type=int, default=0, help="an artifact for `lumos serve`, "
+                   "decoding this many requests at once (default 0: for `lumos run`)")
     add_llm_options(c)
     from lumos.cli import info, quantize, serve, viz
 

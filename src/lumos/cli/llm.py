@@ -37,8 +37,9 @@ def add_llm_options(sp: argparse.ArgumentParser) -> None:
     add_compile_options(sp)
 
 
-def load_llm(name: str, context: int) -> Any:
-    """A Pretrained Llama by registry name, or from a .gguf file / HF folder path."""
+def load_llm(name: str, context: int, batch: int = 1) -> Any:
+    """A Pretrained Llama by registry name, or from a .gguf file / HF folder path; `batch`:
+    its KV cache's rows."""
     from lumos.models import llama
 
     if name in LLMS:
@@ -50,21 +51,26 @@ def load_llm(name: str, context: int) -> Any:
         raise LumosError(f"unknown model {name!r} (known: {known}; or a .gguf file or "
                          "Hugging Face folder, or an artifact from `lumos compile`)")
     with Ticker(f"loading {path.name}"):
-        return llama.load(path, max_context=context)
+        return llama.load(path, max_context=context, batch=batch)
 
 
-def shipped(args: argparse.Namespace) -> str | None:
+def shipped(args: argparse.Namespace, command: str = "run") -> str | None:
     """When `args.model` is an artifact file: its path, with the model and the compile
-    options it was made with put into `args` (they decide the graphs it holds)."""
+    options it was made with put into `args` (they decide the graphs it holds). `command`:
+    what it must have been made for (`lumos compile`: "run"; with --slots: "serve")."""
     from lumos.artifact import is_artifact, read_meta
 
     if not is_artifact(args.model):
         return None
     path, meta = args.model, read_meta(args.model)
-    if meta.get("command") != "run" or any(k not in meta for k in SHIPPED):
-        raise LumosError(f"{path}: not an artifact of a language model (made by "
-                         f"`lumos compile` for {meta.get('command', 'another use')!r})")
-    for k in SHIPPED:
+    keys = SHIPPED + (("slots",) if command == "serve" else ())
+    if meta.get("command") != command or any(k not in meta for k in keys):
+        made = meta.get("command", "another use")
+        hint = " (`lumos compile --slots N` writes one for serve)" if command == "serve" \
+            else " (it was written with --slots, for `lumos serve`)" if made == "serve" else ""
+        raise LumosError(f"{path}: not an artifact for `lumos {command}` of a language model "
+                         f"(made by `lumos compile` for {made!r}){hint}")
+    for k in keys:
         setattr(args, k, meta[k])
     args.runtime = "cpu"
     return path
@@ -81,6 +87,19 @@ def generator(args: argparse.Namespace, pre: Any, artifacts: str | None = None,
     with Ticker(what):
         return Generator(pre.model, pre.state, rt, max_prefill=args.max_prefill,
                          options=opts, progress=say)
+
+
+def batcher(args: argparse.Namespace, pre: Any, artifacts: str | None = None,
+            runtime: Any = None) -> Any:
+    """`generator`'s `lumos.batch.Batch`: pre.model's cache rows decoded at once."""
+    from lumos.batch import Batch
+
+    rt = runtime or make_runtime(args.runtime, artifacts)
+    what = "loading the compiled program" if artifacts else \
+        f"compiling for the {args.runtime} runtime"
+    with Ticker(what):
+        return Batch(pre.model, pre.state, rt, max_prefill=args.max_prefill,
+                     options=compile_options(args), progress=say)
 
 
 def cmd_run(args: argparse.Namespace) -> int:

@@ -7,17 +7,25 @@ from __future__ import annotations
 import argparse
 
 from lumos.cli.common import make_runtime, say
-from lumos.cli.llm import SHIPPED, generator, load_llm
+from lumos.cli.llm import SHIPPED, batcher, generator, load_llm
 from lumos.errors import LumosError
 
 
 def cmd_compile(args: argparse.Namespace) -> int:
     if args.runtime != "cpu":
         raise LumosError("lumos compile writes CPU programs: use --runtime cpu")
-    pre = load_llm(args.model, args.context)
+    if args.slots < 0:
+        raise LumosError(f"--slots must be >= 0, got {args.slots}")
+    pre = load_llm(args.model, args.context, max(args.slots, 1))
     rt = make_runtime("cpu")
-    generator(args, pre, runtime=rt)
-    meta = {"command": "run", **{k: getattr(args, k) for k in SHIPPED}}
+    if args.slots:
+        batcher(args, pre, runtime=rt)
+        meta = {"command": "serve", "slots": args.slots,
+                **{k: getattr(args, k) for k in SHIPPED}}
+    else:
+        generator(args, pre, runtime=rt)
+        meta = {"command": "run", **{k: getattr(args, k) for k in SHIPPED}}
     rt.ship(args.output, meta)
-    say(f"wrote {args.output}: run it with `lumos run {args.output} PROMPT`")
+    say(f"wrote {args.output}: " + (f"serve it with `lumos serve {args.output}`" if args.slots
+                                     else f"run it with `lumos run {args.output} PROMPT`"))
     return 0

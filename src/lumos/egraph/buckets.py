@@ -31,30 +31,42 @@ def _fmt(b: DimBucket) -> str:
 
 
 def combos(dims: Mapping[str, tuple[int, int | None]],
-           buckets: Mapping[str, Sequence[Sequence[int | None]]]) -> list[Combo]:
+           buckets: Mapping[str | tuple[str, ...], Sequence[Sequence]]) -> list[Combo]:
     """Every combination of buckets, one per dim of `dims` (a dim without buckets has one:
-    its declared range), clipped to the declared ranges. Rejects unknown dims, buckets
-    outside the range and overlapping buckets."""
-    per_dim = []
-    for name in sorted(dims):
-        lo, hi = dims[name]
-        given = sorted((DimBucket(*b) for b in buckets.get(name, [(lo, hi, lo)])), key=_min)
-        for a, c in itertools.pairwise(given):
-            if a.max is None or a.max >= c.min:
-                raise ValueError(f"dim {name!r}: buckets {_fmt(a)} and {_fmt(c)} overlap")
-        clipped = []
-        for bk in given:
-            top = bk.max if hi is None else hi if bk.max is None else min(bk.max, hi)
-            if top is not None and max(bk.min, lo) > top:
-                raise ValueError(f"dim {name!r}: bucket {_fmt(bk)} is outside its declared "
-                                 f"range {_fmt(DimBucket(lo, hi, lo))}")
-            clipped.append((name, DimBucket(max(bk.min, lo), top, bk.representative)))
-        per_dim.append(clipped)
-    unknown = set(buckets) - set(dims)
+    its declared range), clipped to the declared ranges; dims keyed together (a tuple)
+    take their buckets jointly. Rejects unknown dims, buckets outside the range and
+    overlapping buckets."""
+    named = {n for k in buckets for n in ((k,) if isinstance(k, str) else k)}
+    unknown = named - set(dims)
     if unknown:
         raise ValueError(f"dim_buckets name unknown dims {sorted(unknown)}; the graph has "
                          f"{sorted(dims)}")
-    return [dict(c) for c in itertools.product(*per_dim)]
+    groups: list[tuple[tuple[str, ...], list[tuple]]] = \
+        [((k,), [(b,) for b in v]) if isinstance(k, str) else (k, list(v))
+         for k, v in buckets.items()]
+    groups += [((n,), [((lo, hi, lo),)]) for n, (lo, hi) in dims.items() if n not in named]
+    per_group = []
+    for names, joint in sorted(groups):
+        if len(names) == 1:
+            given = sorted((DimBucket(*b[0]) for b in joint), key=_min)
+            for a, c in itertools.pairwise(given):
+                if a.max is None or a.max >= c.min:
+                    raise ValueError(f"dim {names[0]!r}: buckets {_fmt(a)} and {_fmt(c)} "
+                                     "overlap")
+            joint = [(b,) for b in given]
+        per_group.append([tuple((n, _clip(n, dims[n], DimBucket(*b)))
+                                for n, b in zip(names, row, strict=True)) for row in joint])
+    return [dict(sorted(x for part in c for x in part))
+            for c in itertools.product(*per_group)]
+
+
+def _clip(name: str, declared: tuple[int, int | None], bk: DimBucket) -> DimBucket:
+    lo, hi = declared
+    top = bk.max if hi is None else hi if bk.max is None else min(bk.max, hi)
+    if top is not None and max(bk.min, lo) > top:
+        raise ValueError(f"dim {name!r}: bucket {_fmt(bk)} is outside its declared "
+                         f"range {_fmt(DimBucket(lo, hi, lo))}")
+    return DimBucket(max(bk.min, lo), top, bk.representative)
 
 
 def bounds(combo: Combo) -> dict[str, tuple[int, int | None]]:
@@ -72,5 +84,11 @@ def select(all_combos: Sequence[Combo], env: Mapping[str, int]) -> int:
         if not any(_holds(b, env[name]) for b in mine):
             raise BindError(f"execute: dimension {name!r}={env[name]} is in none of its "
                             f"buckets {', '.join(map(_fmt, mine))}")
-    return next(i for i, c in enumerate(all_combos)
-                if all(_holds(b, env[n]) for n, b in c.items()))
+    hit = next((i for i, c in enumerate(all_combos)
+                if all(_holds(b, env[n]) for n, b in c.items())), None)
+    if hit is None:  # (dims bucketed jointly: each value in a bucket, not together)
+        names = ", ".join(f"{n}={env[n]}" for n in all_combos[0])
+        raise BindError(f"execute: dimensions {names} are in no bucket combination: "
+                        + "; ".join(", ".join(f"{n} {_fmt(b)}" for n, b in c.items())
+                                    for c in all_combos))
+    return hit

@@ -250,9 +250,9 @@ class LlamaLayer(Module):
                           act="gelu_tanh" if arch.gemma else "silu")
 
     def forward(self, x: Tensor, start: IntLike, rope: RotaryEmbedding,
-                cache: KVCache | None) -> Tensor:
+                cache: KVCache | None, starts: Tensor | None = None) -> Tensor:
         a = self.self_attn(self.input_layernorm(x), start, rope=rope, cache=cache,
-                           causal=True, window=self.window)
+                           causal=True, window=self.window, starts=starts)
         if not self.sandwich:
             h = x + a
             return h + self.mlp(self.post_attention_layernorm(h))
@@ -287,7 +287,9 @@ class Llama(Module):
                                  for _ in range(c.num_layers)])
 
     def forward(self, tokens: Tensor, start: IntLike = 0, use_cache: bool = True,
-                last_only: bool = True) -> Tensor:
+                last_only: bool = True, starts: Tensor | None = None) -> Tensor:
+        """`starts` (batch,) int: each row's own start, `start` their maximum (a batch of
+        sequences at their own lengths in the cache's first rows: `lumos.batch`)."""
         c = self.config
         x = self.embed_tokens(tokens).to(f32)  # computed in f32 whatever the weights' dtype
         if ARCHS[c.architecture].gemma:
@@ -295,7 +297,7 @@ class Llama(Module):
         for layer, cache in zip(self.layers, self.cache, strict=True):
             rope = self.rotary_emb_local if layer.window is not None and \
                 c.local_rope_theta is not None else self.rotary_emb
-            x = layer(x, start, rope, cache if use_cache else None)
+            x = layer(x, start, rope, cache if use_cache else None, starts)
         x = self.norm(x)
         if last_only:
             x = x.narrow(1, x.shape[1] - 1, 1).squeeze(1)
@@ -422,8 +424,9 @@ class Pretrained:
     path: Path
 
 
-def load(path: str | os.PathLike, max_context: int = 2048) -> Pretrained:
-    """A Llama model from a .gguf file or a Hugging Face folder."""
+def load(path: str | os.PathLike, max_context: int = 2048, batch: int = 1) -> Pretrained:
+    """A Llama model from a .gguf file or a Hugging Face folder; `batch`: the rows of its
+    KV cache (sequences decoded at once: `lumos.batch.Batch`)."""
     path = Path(path)
     if path.is_dir():
         folder = HFFolder(path)
@@ -438,12 +441,12 @@ def load(path: str | os.PathLike, max_context: int = 2048) -> Pretrained:
         tok_cfg = path / "tokenizer_config.json"
         template = json.loads(tok_cfg.read_text()).get("chat_template") \
             if tok_cfg.is_file() else None
-        return Pretrained(Llama(config, formats, max_context), state, folder.tokenizer(),
+        return Pretrained(Llama(config, formats, max_context, batch), state, folder.tokenizer(),
                           template, path)
     f = GGUFFile(path)
     config = LlamaConfig.from_gguf(f)
     state, formats = gguf_state(f, config)
-    return Pretrained(Llama(config, formats, max_context), state, f.tokenizer(),
+    return Pretrained(Llama(config, formats, max_context, batch), state, f.tokenizer(),
                       f.metadata.get("tokenizer.chat_template"), path)
 
 

@@ -150,7 +150,10 @@ class RotaryEmbedding(Module):
 class KVCache(Module):
     """Keys and values of the tokens seen so far, (batch, kv_heads, max_len, head_dim)
     buffers kept across executions: `update` scatters the new entries at positions
-    start..start+seq and returns the first start+seq of them."""
+    start..start+seq and returns the first start+seq of them. With `starts` (b,), row r
+    of the b <= batch rows fed writes at starts[r]..starts[r]+seq of cache row r (a batch
+    of sequences each at its own length, `start` their maximum): the first b rows and
+    start+seq positions are returned, each row's later positions stale (mask them)."""
 
     def __init__(self, batch: int, kv_heads: int, max_len: int, head_dim: int,
                  fmt: Fmt = "f32") -> None:
@@ -161,15 +164,33 @@ class KVCache(Module):
         self.v = Param(shape, fmt, default=lambda: np.zeros(shape, self.v.dtype.np),
                        buffer=True)
 
-    def update(self, k: Tensor, v: Tensor, start: IntLike) -> tuple[Tensor, Tensor]:
+    def update(self, k: Tensor, v: Tensor, start: IntLike,
+               starts: Tensor | None = None) -> tuple[Tensor, Tensor]:
         g = k.graph
-        seq = k.shape[-2]
-        idx = arange(g, start, sym(start) + sym(seq)).reshape(1, 1, seq, 1).expand(*k.shape)
+        b, seq = k.shape[0], k.shape[-2]
+        if starts is None:
+            idx = arange(g, start, sym(start) + sym(seq)).reshape(1, 1, seq, 1)
+        else:
+            idx = starts.reshape(b, 1, 1, 1) + arange(g, 0, seq).reshape(1, 1, seq, 1)
+        idx = idx.expand(*k.shape)
         out = []
         for buf, new in ((self.k, k), (self.v, v)):
             full = buf.assign(buf.of(g).scatter(2, idx, _cast(new, buf.of(g))))
+            if starts is not None:
+                full = full.narrow(0, 0, b)
             out.append(full.narrow(2, 0, sym(start) + sym(seq)))
         return out[0], out[1]
+
+
+def row_causal_mask(starts: Tensor, queries: IntLike, keys: IntLike,
+                    window: int | None = None) -> Tensor:
+    """(b, 1, queries, keys) bool, True where row r's query i (at position starts[r] + i)
+    sees key j: j <= starts[r] + i (and, with a sliding `window`, j > that - window)."""
+    g = starts.graph
+    pos = starts.reshape(-1, 1, 1, 1) + arange(g, 0, queries).reshape(1, 1, -1, 1)
+    key = arange(g, 0, keys).reshape(1, 1, 1, -1)
+    seen = key <= pos
+    return seen if window is None else seen & (key > pos - window)
 
 
 def causal_bias(g: Graph, queries: IntLike, keys: IntLike, start: IntLike = 0,
@@ -228,9 +249,14 @@ class Attention(Module):
     def forward(self, x: Tensor, start: IntLike = 0, *, context: Tensor | None = None,
                 rope: RotaryEmbedding | None = None, positions: Tensor | None = None,
                 cache: KVCache | None = None, causal: bool = False,
-                mask: Tensor | None = None, window: int | None = None) -> Tensor:
-        """`window`: with `causal`, each query sees only the last `window` keys."""
+                mask: Tensor | None = None, window: int | None = None,
+                starts: Tensor | None = None) -> Tensor:
+        """`window`: with `causal`, each query sees only the last `window` keys.
+        `starts` (b,) int: each row's own start (a batch of sequences at their own
+        lengths, `start` their maximum): rope, the cache and the causal mask by row."""
         b, s, _ = x.shape
+        if starts is not None:
+            positions = starts.reshape(b, 1) + arange(x.graph, 0, s).reshape(1, s)
         src = x if context is None else context
         q = self._heads(self.q_proj(x), self.n_heads)
         k = self._heads(self.k_proj(src), self.n_kv_heads)
@@ -241,7 +267,7 @@ class Attention(Module):
             pos = start if positions is None else positions
             q, k = rope(q, pos), rope(k, pos)
         if cache is not None:
-            k, v = cache.update(k, v, start)
+            k, v = cache.update(k, v, start, starts)
         # each KV head serves `rep` query heads, whose rows are one matrix: the products
         # are batched over the KV heads, each a plain matrix product (a KV head read
         # through a broadcast per query head took SmolLM2's prefill 0.6 ms a layer)
@@ -252,7 +278,10 @@ class Attention(Module):
         scores = scores.reshape(b, self.n_heads, s, n) * self.scale
         if self.softcap is not None:
             scores = (scores * (1.0 / self.softcap)).tanh() * self.softcap
-        if causal:
+        if causal and starts is not None:
+            seen = row_causal_mask(starts, s, n, window)
+            scores = scores + where(seen, 0.0, float("-inf"))
+        elif causal:
             scores = scores + causal_bias(x.graph, s, n, start, window)
         if mask is not None:
             scores = scores + (where(mask, 0.0, float("-inf")) if mask.dtype.is_bool

@@ -35,7 +35,10 @@ class CompileOptions:
 
     `dim_buckets`: per dynamic dim a list of buckets, each `(min, max, representative)` or
     an object with those attributes (`lumos.egraph.DimBucket`); stored as tuples. One
-    saturation and one search per combination of buckets.
+    saturation and one search per combination of buckets. A key may also be a tuple of
+    dims bucketed jointly, each of its buckets one bucket per dim: `{("b", "s"): [((1, 1,
+    1), (2, 512, 128)), ((1, 16, 8), (1, 1, 1))]}` compiles those two combinations only
+    (a batch of 1 prefilled, up to 16 decoded), not all four.
 
     E-graph budgets: `max_enodes`, `max_iterations` (of the bounded rulesets),
     `saturation_time_limit`.
@@ -130,22 +133,49 @@ def _check_int(name: str, v: object, lo: int | None) -> None:
         raise ValueError(f"CompileOptions.{name} must be {want}, got {v!r}")
 
 
-def _check_buckets(spec: object) -> dict[str, tuple[Bucket, ...]]:
+def _check_buckets(spec: object) -> dict[str | tuple[str, ...], tuple]:
     if not isinstance(spec, Mapping):
         raise ValueError("CompileOptions.dim_buckets must map dim names to lists of "
                          f"(min, max, representative) buckets, got {spec!r}")
-    out = {}
-    for dim, buckets in spec.items():
-        where = f"CompileOptions.dim_buckets[{dim!r}]"
-        if not isinstance(dim, str) or isinstance(buckets, str | bytes) or \
-                not isinstance(buckets, Sequence) or not buckets:
+    out: dict[str | tuple[str, ...], tuple] = {}
+    seen: set[str] = set()
+    for dims, buckets in spec.items():
+        where = f"CompileOptions.dim_buckets[{dims!r}]"
+        names = (dims,) if isinstance(dims, str) else dims
+        if not isinstance(names, tuple) or not names or \
+                not all(isinstance(n, str) for n in names):
+            raise ValueError(f"{where}: a key is a dim name or a tuple of them")
+        if seen & set(names) or len(set(names)) < len(names):
+            raise ValueError(f"{where}: dim {sorted(seen & set(names)) or names} is "
+                             "bucketed twice")
+        seen |= set(names)
+        if isinstance(buckets, str | bytes) or not isinstance(buckets, Sequence) or \
+                not buckets:
             raise ValueError(f"{where} must be a non-empty list of buckets, got {buckets!r}")
-        norm = sorted((_bucket(b, where) for b in buckets), key=lambda b: b[0])
-        for (_, hi, _), (lo, _, _) in zip(norm, norm[1:], strict=False):
-            if hi is None or hi >= lo:
-                raise ValueError(f"{where}: buckets overlap: {norm}")
-        out[dim] = tuple(norm)
+        if isinstance(dims, str):
+            norm = sorted((_bucket(b, where) for b in buckets), key=lambda b: b[0])
+            for (_, hi, _), (lo, _, _) in zip(norm, norm[1:], strict=False):
+                if hi is None or hi >= lo:
+                    raise ValueError(f"{where}: buckets overlap: {norm}")
+            out[dims] = tuple(norm)
+            continue
+        joint = []
+        for b in buckets:
+            if not isinstance(b, Sequence) or len(b) != len(names):
+                raise ValueError(f"{where}: a joint bucket is one (min, max, representative) "
+                                 f"per dim of {names}, got {b!r}")
+            joint.append(tuple(_bucket(x, where) for x in b))
+        for i, a in enumerate(joint):
+            for c in joint[i + 1:]:
+                if all(_meet(x, y) for x, y in zip(a, c, strict=True)):
+                    raise ValueError(f"{where}: buckets overlap: {a} and {c}")
+        out[names] = tuple(joint)
     return out
+
+
+def _meet(a: Bucket, b: Bucket) -> bool:
+    """Whether two buckets of one dim share a value."""
+    return (a[1] is None or b[0] <= a[1]) and (b[1] is None or a[0] <= b[1])
 
 
 def _bucket(b: Any, where: str) -> Bucket:
