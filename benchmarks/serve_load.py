@@ -6,14 +6,15 @@ clients at once on loopback, each sending `--requests` streaming `/v1/completion
 after another (greedy, `--max-tokens` tokens, `stream_options.include_usage` for the
 token count): a bounded load. Per level: aggregate completion tokens per second over the
 level's wall time, the median and worst time to the first token, and the aggregate's
-ratio to one stream's (issue 30's target: >= 4x at 8 streams, which needs the server to
-batch concurrent requests). Peer in the same run: llama.cpp (the `llama_cpp` module, when
-installed; 2 threads) decoding the same prompts one after another in-process, no HTTP:
-one stream's throughput, the yardstick for a server that does not batch. Writes
+ratio to one stream's (issue 30's target: >= 4x at 8 streams; the server decodes up to
+`--slots` requests in one batched step). Peer in the same run: llama.cpp (the
+`llama_cpp` module, when installed; 2 threads) decoding the same prompts one after
+another in-process, no HTTP: one stream's throughput, the yardstick for a server that
+does not batch. Writes
 results/serve_load.json.
 
     .venv/bin/python benchmarks/serve_load.py [--model smollm2 | FILE.gguf]
-        [--streams 1 4 8 16] [--requests 2] [--max-tokens 32] [--context 1024]
+        [--streams 1 4 8 16] [--requests 2] [--max-tokens 32] [--context 1024] [--slots 8]
 """
 
 from __future__ import annotations
@@ -41,7 +42,8 @@ def start(args: argparse.Namespace) -> tuple[subprocess.Popen, str, float]:
     t = time.perf_counter()
     proc = subprocess.Popen(
         [sys.executable, "-m", "lumos.cli", "serve", args.model, "--port", "0", "--name", "bench",
-         "--context", str(args.context), "--max-prefill", str(args.max_prefill)],
+         "--context", str(args.context), "--max-prefill", str(args.max_prefill),
+         "--slots", str(args.slots)],
         stderr=subprocess.PIPE, text=True)
     assert proc.stderr is not None
     lines = []
@@ -115,6 +117,7 @@ def main() -> None:
     ap.add_argument("--max-tokens", type=int, default=32)
     ap.add_argument("--context", type=int, default=1024)
     ap.add_argument("--max-prefill", type=int, default=128)
+    ap.add_argument("--slots", type=int, default=8, help="the server's --slots")
     ap.add_argument("--peers", nargs="*", default=["llama.cpp"], choices=["llama.cpp"])
     args = ap.parse_args()
     proc, url, startup = start(args)
@@ -131,8 +134,9 @@ def main() -> None:
         path = str(smollm2_path())
     peer = llama_cpp_peer(path, args.max_tokens) if "llama.cpp" in args.peers and \
         path.endswith(".gguf") else {"skipped": "not a GGUF file or not in --peers"}
-    print(f"lumos serve {args.model}: startup {startup:.1f} s, {args.requests} requests per "
-          f"client, {args.max_tokens} tokens each, {os.cpu_count()} CPUs")
+    print(f"lumos serve {args.model} --slots {args.slots}: startup {startup:.1f} s, "
+          f"{args.requests} requests per client, {args.max_tokens} tokens each, "
+          f"{os.cpu_count()} CPUs")
     print(f"  {'streams':>7} {'tok/s':>8} {'vs 1':>6} {'vs llama.cpp':>12} "
           f"{'ttft med':>9} {'ttft max':>9}")
     for lv in levels:
@@ -146,6 +150,7 @@ def main() -> None:
     out.parent.mkdir(exist_ok=True)
     out.write_text(json.dumps({"benchmark": "serve_load", "model": args.model,
                                "cpus": os.cpu_count(), "startup_s": startup,
+                               "slots": args.slots,
                                "max_tokens": args.max_tokens, "levels": levels,
                                "llama.cpp": peer}, indent=1))
     print(f"wrote {out}")

@@ -145,3 +145,35 @@ def test_compile_then_run_the_shipped_file(tmp_path, capsys, monkeypatch):
     bad = tmp_path / "bad.lar"
     bad.write_bytes(lar.read_bytes()[:-7])
     assert "truncated or padded" in error_of(capsys, ["run", str(bad), "a"])
+
+
+def test_compile_for_serve_then_load_the_batch(tmp_path, capsys, monkeypatch):
+    """`lumos compile --slots 2` writes the server's program (the batched graph): `lumos
+    serve FILE` loads it (nothing saturated), its logits the reference's; `lumos run`
+    refuses it by name."""
+    from lumos.batch import Batch
+    from lumos.cli.common import make_runtime
+    from lumos.cli.llm import batcher, load_llm, shipped
+    from lumos.runtime.cpu import program
+
+    folder = tiny_llm(tmp_path / "tiny")
+    lar = tmp_path / "serve.lar"
+    monkeypatch.setenv("LUMOS_CACHE", str(tmp_path / "cache1"))
+    assert cli.main(["compile", str(folder), "-o", str(lar), "--slots", "2", "--context", "16",
+                     "--max-prefill", "4", "--search", "2", "--runtime", "cpu"]) == 0
+    assert "not an artifact for `lumos run`" in error_of(capsys, ["run", str(lar), "a"])
+    monkeypatch.setenv("LUMOS_CACHE", str(tmp_path / "cache2"))
+    monkeypatch.setattr(program, "build_spaces", None)  # loading saturates nothing
+    args = cli._parser().parse_args(["serve", str(lar)])
+    artifacts = shipped(args, "serve")
+    assert args.slots == 2 and args.context == 16 and artifacts == str(lar)
+    pre = load_llm(args.model, args.context, args.slots)
+    got = batcher(args, pre, artifacts)
+    ref = Batch(pre.model, pre.state, make_runtime("reference"), max_prefill=4)
+    for b in (got, ref):
+        x, y = b.open(), b.open()
+        b.feed(x, [0, 1, 1])
+        b.feed(y, [1])
+    step = [b.step({0: 1, 1: 0}) for b in (got, ref)]
+    for q in (0, 1):
+        np.testing.assert_allclose(step[0][q], step[1][q], rtol=1e-4, atol=1e-4)
