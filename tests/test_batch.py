@@ -75,7 +75,8 @@ def test_row_causal_mask_equals_the_single_sequence_mask(window):
     g = lumos.Graph()
     g.dim("b", 1, 4)
     starts = g.tensor(("b",), lumos.i64, name="starts")
-    rows = row_causal_mask(starts, 3, 9, window).output()
+    positions = starts.reshape(-1, 1) + lumos.arange(g, 0, 3).reshape(1, 3)
+    rows = row_causal_mask(positions, 9, window).output()
     singles = {p: causal_bias(g, 3, 9, p, window).output() for p in (0, 2, 6)}
     prog = g.compile(lumos.ReferenceRuntime())
     prog.set_data(starts, np.array([0, 2, 6]))

@@ -150,8 +150,8 @@ class RotaryEmbedding(Module):
 class KVCache(Module):
     """Keys and values of the tokens seen so far, (batch, kv_heads, max_len, head_dim)
     buffers kept across executions: `update` scatters the new entries at positions
-    start..start+seq and returns the first start+seq of them. With `starts` (b,), row r
-    of the b <= batch rows fed writes at starts[r]..starts[r]+seq of cache row r (a batch
+    start..start+seq and returns the first start+seq of them. With `rows` (b, seq), row r
+    of the b <= batch rows fed writes at positions rows[r] of cache row r (a batch
     of sequences each at its own length, `start` their maximum): the first b rows and
     start+seq positions are returned, each row's later positions stale (mask them)."""
 
@@ -165,30 +165,28 @@ class KVCache(Module):
                        buffer=True)
 
     def update(self, k: Tensor, v: Tensor, start: IntLike,
-               starts: Tensor | None = None) -> tuple[Tensor, Tensor]:
+               rows: Tensor | None = None) -> tuple[Tensor, Tensor]:
         g = k.graph
         b, seq = k.shape[0], k.shape[-2]
-        if starts is None:
-            idx = arange(g, start, sym(start) + sym(seq)).reshape(1, 1, seq, 1)
-        else:
-            idx = starts.reshape(b, 1, 1, 1) + arange(g, 0, seq).reshape(1, 1, seq, 1)
+        idx = arange(g, start, sym(start) + sym(seq)).reshape(1, 1, seq, 1) if rows is None \
+            else rows.reshape(b, 1, seq, 1)
         idx = idx.expand(*k.shape)
         out = []
         for buf, new in ((self.k, k), (self.v, v)):
             full = buf.assign(buf.of(g).scatter(2, idx, _cast(new, buf.of(g))))
-            if starts is not None:
+            if rows is not None:
                 full = full.narrow(0, 0, b)
             out.append(full.narrow(2, 0, sym(start) + sym(seq)))
         return out[0], out[1]
 
 
-def row_causal_mask(starts: Tensor, queries: IntLike, keys: IntLike,
-                    window: int | None = None) -> Tensor:
-    """(b, 1, queries, keys) bool, True where row r's query i (at position starts[r] + i)
-    sees key j: j <= starts[r] + i (and, with a sliding `window`, j > that - window)."""
-    g = starts.graph
-    pos = starts.reshape(-1, 1, 1, 1) + arange(g, 0, queries).reshape(1, 1, -1, 1)
-    key = arange(g, 0, keys).reshape(1, 1, 1, -1)
+def row_causal_mask(positions: Tensor, keys: IntLike, window: int | None = None) -> Tensor:
+    """(b, 1, queries, keys) bool, True where row r's query i (at `positions` (b,
+    queries)[r, i]) sees key j: j <= that position (and, with a sliding `window`,
+    j > it - window)."""
+    b, q = positions.shape
+    pos = positions.reshape(b, 1, q, 1)
+    key = arange(positions.graph, 0, keys).reshape(1, 1, 1, -1)
     seen = key <= pos
     return seen if window is None else seen & (key > pos - window)
 
@@ -256,6 +254,8 @@ class Attention(Module):
         lengths, `start` their maximum): rope, the cache and the causal mask by row."""
         b, s, _ = x.shape
         if starts is not None:
+            if positions is not None:
+                raise ValueError("Attention: give `starts` or `positions`, not both")
             positions = starts.reshape(b, 1) + arange(x.graph, 0, s).reshape(1, s)
         src = x if context is None else context
         q = self._heads(self.q_proj(x), self.n_heads)
@@ -267,7 +267,7 @@ class Attention(Module):
             pos = start if positions is None else positions
             q, k = rope(q, pos), rope(k, pos)
         if cache is not None:
-            k, v = cache.update(k, v, start, starts)
+            k, v = cache.update(k, v, start, positions if starts is not None else None)
         # each KV head serves `rep` query heads, whose rows are one matrix: the products
         # are batched over the KV heads, each a plain matrix product (a KV head read
         # through a broadcast per query head took SmolLM2's prefill 0.6 ms a layer)
@@ -279,7 +279,7 @@ class Attention(Module):
         if self.softcap is not None:
             scores = (scores * (1.0 / self.softcap)).tanh() * self.softcap
         if causal and starts is not None:
-            seen = row_causal_mask(starts, s, n, window)
+            seen = row_causal_mask(positions, n, window)
             scores = scores + where(seen, 0.0, float("-inf"))
         elif causal:
             scores = scores + causal_bias(x.graph, s, n, start, window)
