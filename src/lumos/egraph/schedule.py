@@ -122,6 +122,9 @@ class Runner:
         self.checked = True  # False while the required stages run after a budget hit
         self.stats: dict[str, list[float]] = defaultdict(lambda: [0, 0, 0.0])  # its, matches, s
         self.history: list[RulesetRun] = []
+        # why saturation stopped at its time limit (None: it did not); a space cut short by
+        # the clock depends on the machine's load, and is never cached as the searched one
+        self.timed_out: str | None = None
         self._at = (0, 0)  # (stage, round) being run
 
     def enodes(self) -> int:
@@ -146,8 +149,9 @@ class Runner:
         if not self.checked:
             return out.report.updated
         if self.deadline is not None and time.perf_counter() > self.deadline:
-            raise BudgetExceeded(f"saturation ran past its time limit of "
-                                 f"{self.budget.time_limit:g} s after ruleset {ruleset!r}")
+            self.timed_out = (f"saturation ran past its time limit of "
+                              f"{self.budget.time_limit:g} s after ruleset {ruleset!r}")
+            raise BudgetExceeded(self.timed_out)
         if n > self.budget.max_enodes:
             raise BudgetExceeded(f"{n} e-nodes after ruleset {ruleset!r} "
                                  f"(max_enodes={self.budget.max_enodes})")

@@ -27,6 +27,8 @@ class SearchSpace:
     class_keys: list[str] = field(default_factory=list)  # class id -> stable fingerprint
     # the schedule's RulesetRuns (for lumos viz; not part of what the space is)
     saturation: list[Any] = field(default_factory=list, compare=False, repr=False)
+    # why saturation stopped at its time limit, or None (Runner.timed_out)
+    timed_out: str | None = field(default=None, compare=False, repr=False)
 
     def enode_key(self, cls: int, i: int) -> str:
         """Stable fingerprint of alternative i of class cls: op, fields, child class keys."""

