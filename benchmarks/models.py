@@ -245,10 +245,13 @@ def smollm2(args: argparse.Namespace, read_bps: float) -> dict:
          lambda: llama_cpp_llm(pre.path, prompt, prefill, steps, args.rounds, args.context))
 
     import torch
-    from transformers import LlamaForCausalLM
+    from transformers import AutoModelForCausalLM
 
-    m = LlamaForCausalLM.from_pretrained(pre.path.parent, gguf_file=pre.path.name,
-                                         dtype=torch.float32, attn_implementation="eager").eval()
+    # the file's own architecture (Qwen2's attention has biases, Gemma its norms, ...)
+    m = AutoModelForCausalLM.from_pretrained(pre.path.parent, gguf_file=pre.path.name,
+                                             dtype=torch.float32,
+                                             attn_implementation="eager").eval()
+    r["check_model"] = type(m).__name__
     with torch.no_grad():
         want = m(torch.tensor([prompt]), logits_to_keep=1).logits[0, -1].numpy()
     rel = float(np.abs(got - want).max() / np.abs(want).max())
