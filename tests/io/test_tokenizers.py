@@ -255,3 +255,29 @@ def test_real_file_quants_in_the_graph_equal_gguf(gemma3):
     for name in seen.values():
         want = gguf.quants.dequantize(*raw(gemma3, name)).reshape(gemma3.shape(name))
         np.testing.assert_array_equal(dequantize_in_graph(gemma3[name]), want, err_msg=name)
+
+
+def test_qwen2_pre_tokenizer_against_transformers(smollm2, tmp_path):
+    """A byte-level BPE file with Qwen2's pre-tokenizer (`tokenizer.ggml.pre` qwen2: its
+    numerals one by one, contractions, newlines as Qwen2 splits them), which transformers
+    builds as Qwen2's own tokenizer: SmolLM2's vocabulary and merges written so."""
+    import transformers
+
+    md = smollm2.metadata
+    w = gguf.GGUFWriter(tmp_path / "qwen2.gguf", "qwen2")
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre("qwen2")
+    w.add_token_list(md["tokenizer.ggml.tokens"])
+    w.add_token_types(md["tokenizer.ggml.token_type"])
+    w.add_token_merges(md["tokenizer.ggml.merges"])
+    w.add_eos_token_id(md["tokenizer.ggml.eos_token_id"])
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    tok = GGUFFile(tmp_path / "qwen2.gguf").tokenizer()
+    theirs = transformers.AutoTokenizer.from_pretrained(tmp_path, gguf_file="qwen2.gguf")
+    for text in [*CORPUS, "numbers 12345 and 3.14, it's WE'LL\r\n\r\n  x"]:
+        ids = tok.encode(text).ids
+        assert ids == theirs(text, add_special_tokens=False).input_ids, text
+        assert tok.decode(ids) == theirs.decode(ids) == text
