@@ -231,3 +231,47 @@ def test_sentencepiece_without_a_space_prefix(tmp_path):
     ids = tok.encode("abc the", add_special_tokens=False).ids
     assert ids == [270, 276]  # abc, ▁the
     assert tok.decode(ids) == "abc the"
+
+
+def same_as_gguf_reader(f: GGUFFile) -> None:
+    """lumos' header reader against the gguf package's: every metadata value (type too),
+    and every tensor's type, dims, offset, size and bytes."""
+    r = gguf.GGUFReader(f.path)
+    want = {k: v.contents() for k, v in r.fields.items() if not k.startswith("GGUF.")}
+    assert list(f.metadata) == list(want)
+    for k, v in want.items():
+        assert f.metadata[k] == v and type(f.metadata[k]) is type(v), k
+    assert list(f) == [t.name for t in r.tensors]
+    for t in r.tensors:
+        mine = f._tensors[t.name]
+        assert (mine.tensor_type, mine.shape, mine.data_offset, mine.n_bytes) == \
+            (t.tensor_type, tuple(int(d) for d in t.shape), t.data_offset, t.n_bytes)
+        assert mine.data.dtype == t.data.dtype and mine.data.shape == t.data.shape
+        np.testing.assert_array_equal(mine.data, t.data)
+
+
+def test_header_as_the_gguf_package_reads_it(synthetic, smollm2, tmp_path):
+    f, _ = synthetic
+    same_as_gguf_reader(f)
+    same_as_gguf_reader(smollm2)
+    w = gguf.GGUFWriter(tmp_path / "kinds.gguf", "llama")  # every metadata value type
+    w.add_uint8("a.u8", 7)
+    w.add_int16("a.i16", -3)
+    w.add_uint64("a.u64", 2**40)
+    w.add_float64("a.f64", 0.1)
+    w.add_bool("a.bool", True)
+    w.add_string("a.str", "naïve ▁ 東京")
+    w.add_array("a.strs", ["", "x y", "\n"])
+    w.add_array("a.ints", [1, -2, 3])
+    w.add_tensor("t", np.arange(6, dtype=np.float16).reshape(2, 3))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    same_as_gguf_reader(GGUFFile(tmp_path / "kinds.gguf"))
+    w = gguf.GGUFWriter(tmp_path / "nested.gguf", "llama")  # (the package flattens these)
+    w.add_array("a.nested", [[1, 2], [3]])
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.close()
+    assert GGUFFile(tmp_path / "nested.gguf").metadata["a.nested"] == [[1, 2], [3]]

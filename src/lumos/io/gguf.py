@@ -1,15 +1,18 @@
-"""GGUF files through the `gguf` package: metadata, tensors and the BPE tokenizer.
+"""GGUF files: metadata, tensors and the tokenizer.
 
-Tensors come back in PyTorch's dim order (GGUF lists dims innermost first). F32, F16 and
-BF16 tensors are read-only views of the mapped file (bf16 as its uint16 bit pattern);
-Q8_0, Q4_0 and Q4_1 tensors stay packed (`lumos.nn.Packed`) and are dequantized in the
-graph.
+The header (metadata and tensor table) is read here, the quant types' sizes come from the
+`gguf` package. Tensors come back in PyTorch's dim order (GGUF lists dims innermost
+first). F32, F16 and BF16 tensors are read-only views of the mapped file (bf16 as its
+uint16 bit pattern); quantized tensors stay packed (`lumos.nn.Packed`) and are
+dequantized in the graph.
 """
 
 from __future__ import annotations
 
 import os
+import struct
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -36,32 +39,129 @@ PRE_TOKENIZERS = {"gpt2": [_GPT2], "default": [_GPT2],
 NORMAL, CONTROL, USER_DEFINED = 1, 3, 4
 
 
+@dataclass
+class TensorInfo:
+    """A tensor of the file: its name, GGML type, dims (GGUF's order: innermost first),
+    absolute byte offset and size, and `data`: a read-only view of its bytes (dense types
+    as their numpy dtype in PyTorch's dim order, quantized ones as rows of bytes)."""
+    name: str
+    tensor_type: Any  # gguf.GGMLQuantizationType
+    shape: tuple[int, ...]
+    data_offset: int
+    n_bytes: int
+    data: Any = None
+
+
+# GGUF metadata value types: scalars by their struct code (little-endian)
+_SCALARS = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q",
+            12: "d"}
+_STRING, _ARRAY = 8, 9
+
+
+def _read_header(buf: np.ndarray) -> tuple[dict[str, Any], dict[str, TensorInfo]]:
+    """The metadata (GGUF.* fields left out) and tensor table of a little-endian GGUF
+    file of version 2 or 3. Read here rather than by gguf.GGUFReader, which makes a numpy
+    view per string (10 s for Gemma 3's 262,144 tokens; this takes a fraction of one)."""
+    from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
+
+    mem = memoryview(buf)
+    at = 4
+
+    def take(code: str) -> Any:
+        nonlocal at
+        (v,) = struct.unpack_from("<" + code, mem, at)
+        at += struct.calcsize(code)
+        return v
+
+    def string() -> str:
+        nonlocal at
+        n = take("Q")
+        if at + n > len(mem):
+            raise ValueError(f"a string of {n} bytes at byte {at} runs past the end")
+        at += n
+        return bytes(mem[at - n:at]).decode("utf-8")
+
+    def value(kind: int) -> Any:
+        nonlocal at
+        if kind in _SCALARS:
+            return take(_SCALARS[kind])
+        if kind == _STRING:
+            return string()
+        if kind != _ARRAY:
+            raise ValueError(f"unknown metadata value type {kind}")
+        item, n = take("I"), take("Q")
+        if item in _SCALARS:  # numbers in one read
+            code = _SCALARS[item]
+            size = struct.calcsize(code) * n
+            if at + size > len(mem):
+                raise ValueError(f"an array of {n} values at byte {at} runs past the end")
+            out = np.frombuffer(mem, f"<{code}", n, at).tolist()
+            at += size
+            return out
+        return [value(item) for _ in range(n)]
+
+    version = take("I")
+    if version not in (2, 3):
+        raise ValueError(f"GGUF version {version} (supported: 2, 3, little-endian)")
+    n_tensors, n_kv = take("Q"), take("Q")
+    metadata: dict[str, Any] = {}
+    for _ in range(n_kv):
+        key = string()
+        metadata[key] = value(take("I"))
+    infos = []
+    for _ in range(n_tensors):
+        name = string()
+        dims = tuple(take("Q") for _ in range(take("I")))
+        infos.append((name, dims, GGMLQuantizationType(take("I")), take("Q")))
+    align = int(metadata.get("general.alignment", 32))
+    start = -(-at // align) * align
+    tensors = {}
+    for name, dims, kind, offset in infos:
+        if name in tensors:
+            raise ValueError(f"tensor {name} twice")
+        block, size = GGML_QUANT_SIZES[kind]
+        tensors[name] = TensorInfo(name, kind, dims, start + offset,
+                                   int(np.prod(dims, dtype=np.int64)) * size // block)
+    return metadata, tensors
+
+
+def _tensor_data(buf: np.ndarray, t: TensorInfo) -> np.ndarray:
+    """A tensor's bytes as gguf.GGUFReader shapes them: dense types as arrays in PyTorch's
+    dim order, quantized types as rows of bytes."""
+    from gguf import GGML_QUANT_SIZES
+    from gguf import GGMLQuantizationType as Q
+
+    raw = buf[t.data_offset:t.data_offset + t.n_bytes]
+    dims = tuple(reversed(t.shape))
+    dense = {Q.F32: np.float32, Q.F16: np.float16, Q.F64: np.float64, Q.I8: np.int8,
+             Q.I16: np.int16, Q.I32: np.int32, Q.I64: np.int64}
+    if t.tensor_type in dense:
+        return raw.view(dense[t.tensor_type]).reshape(dims)
+    block, size = GGML_QUANT_SIZES[t.tensor_type]
+    return raw.reshape(*dims[:-1], dims[-1] // block * size)
+
+
 class GGUFFile(Mapping[str, "np.ndarray | Packed"]):
     """name -> tensor (array or Packed); `metadata` holds the key-value fields."""
 
     def __init__(self, path: str | os.PathLike) -> None:
-        import gguf
-
         self.path = Path(path)
         if not self.path.is_file():
             raise WeightError(f"{self.path}: no such weight file")
         with open(self.path, "rb") as f:
             if f.read(4) != b"GGUF":
                 raise WeightError(f"{self.path}: not a GGUF file (bad magic)")
+        self._data = np.memmap(self.path, mode="r")
         try:
-            reader = gguf.GGUFReader(self.path)
-        except Exception as e:  # the reader fails in numpy on a short file
+            self.metadata, self._tensors = _read_header(self._data)
+        except (ValueError, IndexError, KeyError, UnicodeDecodeError, struct.error) as e:
             raise WeightError(f"{self.path}: truncated or corrupt GGUF file ({e})") from None
-        self.metadata: dict[str, Any] = {}
-        for key, field in reader.fields.items():
-            if not key.startswith("GGUF."):
-                self.metadata[key] = field.contents()
-        self._tensors = {t.name: t for t in reader.tensors}
-        size = self.path.stat().st_size
-        for t in reader.tensors:
+        size = len(self._data)
+        for t in self._tensors.values():
             if t.data_offset + t.n_bytes > size:
                 raise WeightError(f"{self.path}: truncated: tensor {t.name} ends at byte "
                                   f"{t.data_offset + t.n_bytes} of {size}")
+            t.data = _tensor_data(self._data, t)
 
     @property
     def architecture(self) -> str:
