@@ -40,7 +40,8 @@ from lumos.shape.expr import ONE, ZERO, Bounds, is_axis_var
 FUSE_ROUNDS = 16  # inlining depth: one producer level per round (a chain as deep as gelu's)
 LOWER = CORE + Rules.files(Path(__file__).with_name("lower_cpu.egg"),
                            stages=(Stage(saturate=("lower_facts", "lower_cpu"), required=True),))
-RULES = LOWER + Rules((), (Stage(bounded=("fuse",), saturate=("views",), rounds=FUSE_ROUNDS),))
+RULES = LOWER + Rules((), (Stage(saturate=("loads",)), Stage(
+    bounded=("fuse",), saturate=("views", "loads"), rounds=FUSE_ROUNDS)))
 ELEMENTWISE = (*UNARY, *BINARY, "Cast")
 BODY_OPS = (*ELEMENTWISE, "Select")  # (Select: an ESelect, inline only)
 EXECUTABLE = frozenset({"Root", "Input", "Constant", "Iota", "Gather", "Scatter", "KMap", "KCopy",
