@@ -98,12 +98,17 @@ def check_against(tok, reference, texts: list[str], decode=None) -> None:
             assert tok.decode(got, skip_special_tokens=True) == decode(got), text
 
 
-@pytest.fixture(scope="module")
-def gemma3() -> GGUFFile:
+def weight_file(path_of) -> GGUFFile:
+    """The GGUF file of a weight package, or a skip that says how to install it."""
     try:
-        return GGUFFile(llama.gemma3_path())
+        return GGUFFile(path_of())
     except WeightError as e:
         pytest.skip(str(e))
+
+
+@pytest.fixture(scope="module")
+def gemma3() -> GGUFFile:
+    return weight_file(llama.gemma3_path)
 
 
 def test_gemma3_file_against_sentencepiece(gemma3):
@@ -182,10 +187,7 @@ def test_sentencepiece_metadata_with_user_defined_tokens(tmp_path, prefix):
 
 @pytest.fixture(scope="module")
 def smollm2() -> GGUFFile:
-    try:
-        return GGUFFile(llama.smollm2_path())
-    except WeightError as e:
-        pytest.skip(str(e))
+    return weight_file(llama.smollm2_path)
 
 
 def test_byte_level_bpe_file_against_transformers(smollm2):
