@@ -272,12 +272,15 @@ class GGUFFile(Mapping[str, "np.ndarray | Packed"]):
             if scores is None:
                 raise WeightError(f"{self.path}: a SentencePiece tokenizer without scores "
                                   "or merges")
-            score = lambda t: scores[vocab[t]]  # noqa: E731
-            # merges make the normal pieces only (SentencePiece's BPE)
-            found = [(-score(piece), i, -score(piece[:k]), -score(piece[k:]), piece[:k],
-                      piece[k:]) for i, piece in enumerate(tokens) if types[i] == NORMAL
-                     for k in range(1, len(piece)) if piece[:k] in vocab and piece[k:] in vocab]
-            merges = [(left, right) for *_, left, right in sorted(found)]
+            # merges make the normal pieces only (SentencePiece's BPE), the best-scored
+            # merged piece first, then by the parts' scores
+            at = vocab.get
+            found = [(-scores[i], i, -scores[a], -scores[b], k)
+                     for i, piece in enumerate(tokens) if types[i] == NORMAL
+                     for k in range(1, len(piece))
+                     if (a := at(piece[:k])) is not None and (b := at(piece[k:])) is not None]
+            found.sort()
+            merges = [(tokens[i][:k], tokens[i][k:]) for _, i, _, _, k in found]
         unk = md.get("tokenizer.ggml.unknown_token_id")
         tok = Tokenizer(models.BPE(vocab, merges, unk_token=None if unk is None else
                                    tokens[unk], fuse_unk=True, byte_fallback=True))
