@@ -8,8 +8,10 @@ newlines, runs of spaces and tabs, accents, CJK and emoji:
   its GGUF converter builds Gemma's tokenizer as a Unigram model of the BPE scores (the
   real Gemma 3 file's "The capital of France is" comes out letter by letter) and leaves
   user-defined tokens to the merges.
-- byte-level BPE files (SmolLM2, Qwen, Llama 3) against transformers' tokenizer of the
-  same file; user-defined tokens matched whole between the pieces it gives.
+- byte-level BPE files (SmolLM2, Qwen) against transformers' tokenizer of the same file;
+  user-defined tokens matched whole between the pieces it gives.
+- all of them, and Llama 3's pre-tokenizer, against llama.cpp's own tokenizer where
+  llama-cpp-python is installed (the benchmarks install it; `make test` does not).
 
 Control tokens are special (skipped by decode(skip_special_tokens=True)); user-defined
 ones (Gemma 3's newlines and runs of 2-31 spaces) are text, never skipped."""
@@ -283,3 +285,38 @@ def test_qwen2_pre_tokenizer_against_transformers(smollm2, tmp_path):
         ids = tok.encode(text).ids
         assert ids == theirs(text, add_special_tokens=False).input_ids, text
         assert tok.decode(ids) == theirs.decode(ids) == text
+
+
+def test_against_llama_cpp_where_installed(smollm2, gemma3, tmp_path):
+    """llama.cpp's own tokenizer (llama-cpp-python, the benchmarks' peer: not installed by
+    `make test`, skipped without it) on the real files and on written ones of each kind:
+    Llama 3's pre-tokenizer (transformers' converter gives Llama 3 files GPT-2's), Qwen2's,
+    and SentencePiece with and without the space prefix."""
+    llama_cpp = pytest.importorskip("llama_cpp")
+    md = smollm2.metadata
+    files = [smollm2.path, gemma3.path]
+    for arch, pre in (("llama", "llama-bpe"), ("qwen2", "qwen2")):
+        w = gguf.GGUFWriter(tmp_path / f"{pre}.gguf", arch)
+        w.add_tokenizer_model("gpt2")
+        w.add_tokenizer_pre(pre)
+        w.add_token_list(md["tokenizer.ggml.tokens"])
+        w.add_token_types(md["tokenizer.ggml.token_type"])
+        w.add_token_merges(md["tokenizer.ggml.merges"])
+        w.add_eos_token_id(2)
+        w.add_add_bos_token(False)
+        w.write_header_to_file()
+        w.write_kv_data_to_file()
+        w.write_tensors_to_file()
+        w.close()
+        files.append(tmp_path / f"{pre}.gguf")
+    for prefix in (True, False):
+        sentencepiece_file(tmp_path / f"spm{prefix}.gguf", prefix)
+        files.append(tmp_path / f"spm{prefix}.gguf")
+    texts = [*CORPUS, "numbers 12345 and 3.14, it's WE'LL\r\n\r\n  x", "a<tool>b", "  def",
+             "<start_of_turn>user\nhi<end_of_turn>"]
+    for path in files:
+        ours = GGUFFile(path).tokenizer()
+        theirs = llama_cpp.Llama(model_path=str(path), vocab_only=True, verbose=False)
+        for text in texts:
+            assert ours.encode(text, add_special_tokens=False).ids == \
+                theirs.tokenize(text.encode(), add_bos=False, special=True), (path.name, text)
