@@ -45,13 +45,17 @@ def test_cache_and_clear(capsys, monkeypatch, tmp_path):
     (tmp_path / "cpu").mkdir()
     for name in ("k1.so", "k2.so", "k1.o"):
         (tmp_path / "cpu" / name).write_bytes(b"y" * 1000)
+    (tmp_path / "weights").mkdir()
+    (tmp_path / "weights" / "w.gguf").write_bytes(b"z" * 2**21)
     (tmp_path / "mine.txt").write_text("not lumos'")
     rows = info(capsys)
+    assert rows["weights"] == "2.0 MiB, 1 weight files joined from chunk packages"
     assert rows["artifacts"] == "1.0 MiB, 1 artifacts (saved choices)"
     assert rows["kernels"] == "0.0 MiB, 2 compiled kernel libraries"
     rows = info(capsys, "--clear")
     assert rows["artifacts"] == "0.0 MiB, 0 artifacts (saved choices)" and "cleared" in rows
     assert not (tmp_path / "cpu").exists() and (tmp_path / "mine.txt").exists()
+    assert not (tmp_path / "weights").exists()  # (joined again when next used)
 
 
 @pytest.mark.slow

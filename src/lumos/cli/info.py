@@ -1,6 +1,6 @@
 """`lumos info`: what lumos sees of this machine (CPU, ISA features, caches, memory, the C
 compiler, BLAS, a CUDA device) and of its caches; `--bandwidth` measures copy bandwidth,
-`--clear` empties the artifact and kernel caches."""
+`--clear` empties the artifact, kernel and joined-weight caches."""
 
 from __future__ import annotations
 
@@ -21,7 +21,10 @@ X86_FEATURES = (("sse4_2", "SSE4.2"), ("avx", "AVX"), ("avx2", "AVX2"), ("fma", 
                 ("amx_bf16", "AMX-BF16"), ("amx_int8", "AMX-INT8"))
 ARM_FEATURES = (("asimd", "NEON"), ("asimddp", "DotProd"), ("sve", "SVE"), ("sve2", "SVE2"),
                 ("bf16", "BF16"), ("i8mm", "I8MM"), ("sme", "SME"))
-CACHES = ("artifacts", "cpu", "shipped")  # under $LUMOS_CACHE: saved choices, kernels, shipped
+# under $LUMOS_CACHE: saved choices, kernels, shipped kernels, weight files joined from
+# chunk packages (lumos.models.packages.assembled)
+CACHES = ("artifacts", "cpu", "shipped", "weights")
+_ENTRY = {"artifacts": ".lar", "weights": ".gguf"}  # what an entry is (else a library)
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -29,7 +32,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--bandwidth", action="store_true",
                    help="also measure memory copy bandwidth (about a second)")
     p.add_argument("--clear", action="store_true",
-                   help="delete the artifact and compiled-kernel caches")
+                   help="delete the artifact, compiled-kernel and joined-weight caches")
 
 
 def cpuinfo() -> dict[str, str]:
@@ -135,12 +138,13 @@ def cache_root() -> Path:
 
 
 def cache_usage(root: Path) -> dict[str, tuple[int, int]]:
-    """Per cache folder: (entries, bytes). Entries: artifacts (.lar), libraries (.so)."""
+    """Per cache folder: (entries, bytes). Entries: artifacts (.lar), weight files (.gguf),
+    libraries (.so)."""
     out = {}
     for name in CACHES:
         files = [p for p in (root / name).rglob("*") if p.is_file()] if (root / name).is_dir() \
             else []
-        want = ".lar" if name == "artifacts" else ".so"
+        want = _ENTRY.get(name, ".so")
         out[name] = (sum(p.suffix == want for p in files), sum(p.stat().st_size for p in files))
     return out
 
@@ -179,7 +183,8 @@ def cmd_info(args: argparse.Namespace) -> int:
     rows.append(("cache", f"{root} (LUMOS_CACHE)"))
     what = {"artifacts": ("artifacts", "artifacts (saved choices)"),
             "cpu": ("kernels", "compiled kernel libraries"),
-            "shipped": ("shipped", "kernel libraries from shipped artifacts")}
+            "shipped": ("shipped", "kernel libraries from shipped artifacts"),
+            "weights": ("weights", "weight files joined from chunk packages")}
     rows += [(f"  {what[name][0]}", f"{size / 2**20:.1f} MiB, {n} {what[name][1]}")
              for name, (n, size) in use.items()]
     width = max(len(k) for k, _ in rows)
