@@ -19,6 +19,7 @@ ones (Gemma 3's newlines and runs of 2-31 spaces) are text, never skipped."""
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import gguf
 import numpy as np
@@ -158,11 +159,34 @@ def sentencepiece_file(path, prefix: bool) -> dict:
     w.add_eos_token_id(2)
     w.add_unk_token_id(0)
     w.add_add_space_prefix(prefix)
+    finish(w)
+    return GGUFFile(path).metadata
+
+
+def bpe_file(path: Path, arch: str, pre: str, md: dict, user: list[str] | None = None
+             ) -> Path:
+    """A byte-level BPE file of architecture `arch` and pre-tokenizer `pre` with the
+    vocabulary and merges of metadata `md` (SmolLM2's), `user` appended as user-defined
+    tokens; no BOS added."""
+    user = user or []
+    w = gguf.GGUFWriter(path, arch)
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre(pre)
+    w.add_token_list([*md["tokenizer.ggml.tokens"], *user])
+    w.add_token_types([*md["tokenizer.ggml.token_type"], *[4] * len(user)])
+    w.add_token_merges(md["tokenizer.ggml.merges"])
+    w.add_bos_token_id(md["tokenizer.ggml.bos_token_id"])
+    w.add_eos_token_id(md["tokenizer.ggml.eos_token_id"])
+    w.add_add_bos_token(False)
+    finish(w)
+    return path
+
+
+def finish(w: gguf.GGUFWriter) -> None:
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
     w.close()
-    return GGUFFile(path).metadata
 
 
 @pytest.mark.parametrize("prefix", [True, False])
@@ -220,20 +244,8 @@ def test_user_defined_tokens_of_a_byte_level_bpe_file(smollm2, tmp_path):
 
     md = smollm2.metadata
     user = ["<tool_call>", "</tool_call>", "        "]
-    tokens = [*md["tokenizer.ggml.tokens"], *user]
-    w = gguf.GGUFWriter(tmp_path / "bpe.gguf", "qwen2")
-    w.add_tokenizer_model("gpt2")
-    w.add_tokenizer_pre(md["tokenizer.ggml.pre"])
-    w.add_token_list(tokens)
-    w.add_token_types([*md["tokenizer.ggml.token_type"], *[4] * len(user)])
-    w.add_token_merges(md["tokenizer.ggml.merges"])
-    w.add_bos_token_id(md["tokenizer.ggml.bos_token_id"])
-    w.add_eos_token_id(md["tokenizer.ggml.eos_token_id"])
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
-    tok = GGUFFile(tmp_path / "bpe.gguf").tokenizer()
+    tok = GGUFFile(bpe_file(tmp_path / "bpe.gguf", "qwen2", md["tokenizer.ggml.pre"], md,
+                            user)).tokenizer()
     ref = transformers.AutoTokenizer.from_pretrained(smollm2.path.parent,
                                                      gguf_file=smollm2.path.name)
     n = len(md["tokenizer.ggml.tokens"])
@@ -268,18 +280,7 @@ def test_qwen2_pre_tokenizer_against_transformers(smollm2, tmp_path):
     import transformers
 
     md = smollm2.metadata
-    w = gguf.GGUFWriter(tmp_path / "qwen2.gguf", "qwen2")
-    w.add_tokenizer_model("gpt2")
-    w.add_tokenizer_pre("qwen2")
-    w.add_token_list(md["tokenizer.ggml.tokens"])
-    w.add_token_types(md["tokenizer.ggml.token_type"])
-    w.add_token_merges(md["tokenizer.ggml.merges"])
-    w.add_eos_token_id(md["tokenizer.ggml.eos_token_id"])
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
-    tok = GGUFFile(tmp_path / "qwen2.gguf").tokenizer()
+    tok = GGUFFile(bpe_file(tmp_path / "qwen2.gguf", "qwen2", "qwen2", md)).tokenizer()
     theirs = transformers.AutoTokenizer.from_pretrained(tmp_path, gguf_file="qwen2.gguf")
     for text in [*CORPUS, "numbers 12345 and 3.14, it's WE'LL\r\n\r\n  x"]:
         ids = tok.encode(text).ids
@@ -296,19 +297,7 @@ def test_against_llama_cpp_where_installed(smollm2, gemma3, tmp_path):
     md = smollm2.metadata
     files = [smollm2.path, gemma3.path]
     for arch, pre in (("llama", "llama-bpe"), ("qwen2", "qwen2")):
-        w = gguf.GGUFWriter(tmp_path / f"{pre}.gguf", arch)
-        w.add_tokenizer_model("gpt2")
-        w.add_tokenizer_pre(pre)
-        w.add_token_list(md["tokenizer.ggml.tokens"])
-        w.add_token_types(md["tokenizer.ggml.token_type"])
-        w.add_token_merges(md["tokenizer.ggml.merges"])
-        w.add_eos_token_id(2)
-        w.add_add_bos_token(False)
-        w.write_header_to_file()
-        w.write_kv_data_to_file()
-        w.write_tensors_to_file()
-        w.close()
-        files.append(tmp_path / f"{pre}.gguf")
+        files.append(bpe_file(tmp_path / f"{pre}.gguf", arch, pre, md))
     for prefix in (True, False):
         sentencepiece_file(tmp_path / f"spm{prefix}.gguf", prefix)
         files.append(tmp_path / f"spm{prefix}.gguf")

@@ -12,6 +12,8 @@ import shutil
 import subprocess
 from pathlib import Path
 
+from lumos.paths import cache_root
+
 # x86 flags of /proc/cpuinfo lumos' kernels (or its compiler under -march=native) can use
 X86_FEATURES = (("sse4_2", "SSE4.2"), ("avx", "AVX"), ("avx2", "AVX2"), ("fma", "FMA"),
                 ("f16c", "F16C"), ("avx512f", "AVX-512F"), ("avx512bw", "AVX-512BW"),
@@ -129,12 +131,6 @@ def cuda_devices() -> list[str]:
     rows = [r.split(", ") for r in out.stdout.strip().splitlines() if r.strip()]
     return [f"{r[0]}, {r[1]}, compute capability {r[2]}, driver {r[3]}" if len(r) == 4
             else ", ".join(r) for r in rows]
-
-
-def cache_root() -> Path:
-    from lumos.runtime.cpu.cc import cache_dir
-
-    return cache_dir().parent
 
 
 def cache_usage(root: Path) -> dict[str, tuple[int, int]]:

@@ -44,7 +44,7 @@ def load_llm(name: str, context: int, batch: int = 1) -> Any:
     from lumos.models import llama
 
     if name in LLMS:
-        path = llama.gemma3_path() if name == "gemma3" else llama.smollm2_path()
+        path = getattr(llama, f"{name}_path")()  # (each known LLM has its <name>_path)
     elif Path(name).exists() or name.endswith(".gguf") or os.sep in name:
         path = Path(name)  # a missing file is the loader's error, naming it
     else:

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from lumos.io.errors import WeightError
+from lumos.paths import cache_root
 
 
 def package_dir(requirement: str) -> Path:
@@ -38,8 +39,7 @@ def assembled(requirement: str, parts: Sequence[str], name: str) -> Path:
     for c in chunks:
         if not c.is_file():
             raise WeightError(f"{c}: missing; reinstall its package")
-    root = os.environ.get("LUMOS_CACHE") or Path.home() / ".cache" / "lumos"
-    path = Path(root) / "weights" / name
+    path = cache_root() / "weights" / name
     if path.is_file() and path.stat().st_size == sum(c.stat().st_size for c in chunks) \
             and _sha256(path) == want:
         return path

@@ -29,6 +29,7 @@ from pathlib import Path
 import scipy_openblas32
 
 from lumos.errors import LumosError
+from lumos.paths import cache_root
 
 FLAGS = ("-O3", "-march=native", "-fopenmp", "-fPIC",
          "-fwrapv",  # integer arithmetic wraps, as in numpy
@@ -95,8 +96,7 @@ def _timed_out(cc: str, what: Path) -> CompileTimeout:
 
 
 def cache_dir() -> Path:
-    root = os.environ.get("LUMOS_CACHE") or Path.home() / ".cache" / "lumos"
-    return Path(root) / "cpu"
+    return cache_root() / "cpu"
 
 
 @cache
