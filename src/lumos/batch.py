@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from lumos.dtype import i64
-from lumos.generate import ContextError
+from lumos.generate import ContextError, steps
 from lumos.graph import Graph
 from lumos.nn import carries, carry_over, load_state
 from lumos.runtime import ReferenceRuntime
@@ -48,14 +48,14 @@ class Batch:
         self.tokens = g.tensor(("b", "s"), i64, name="tokens")
         self.starts = g.tensor(("b",), i64, name="starts")
         self.logits = model(self.tokens, sym("p"), starts=self.starts).output()
-        one = (1, 1, 1)
-        joint = [(one, one)]
+        one = (1, 1, 1)  # (b, s, p): see generate.steps
+        (step, past), *prompt = steps(self.max_prefill, self.max_context)
+        joint = [(one, step, past)]
         if self.slots > 1:
-            joint.append(((2, self.slots, min(8, self.slots)), one))
-        if self.max_prefill > 1:
-            joint.append((one, (2, self.max_prefill, min(128, self.max_prefill))))
+            joint.append(((2, self.slots, min(8, self.slots)), step, past))
+        joint += [(one, s, p) for s, p in prompt]
         opts = dataclasses.replace(options or CompileOptions(),
-                                   dim_buckets={("b", "s"): joint})
+                                   dim_buckets={("b", "s", "p"): joint})
         rt = runtime or ReferenceRuntime()
         say(f"compiling {len(g.nodes)} nodes for the {rt.name} runtime, {self.slots} "
             "sequences at once (" + (f"search limit {opts.limit}, {len(joint)} buckets)"

@@ -77,6 +77,17 @@ def sample(logits: np.ndarray, history: Sequence[int], s: Sampling,
     return int(rng.choice(p.size, p=p))
 
 
+def steps(max_prefill: int, max_context: int) -> list[tuple[tuple[int, int, int], ...]]:
+    """The joint buckets of new tokens `s` and cached ones `p` (p + s <= max_context): a
+    decode step (s = 1) timed with the cache full, its attention at its longest; a prompt
+    (s > 1) timed at 128 tokens (or all it may have) into an empty cache, as a
+    conversation's first prompt is fed."""
+    out = [((1, 1, 1), (0, max_context - 1, max_context - 1))]
+    if max_prefill > 1:
+        out.append(((2, max_prefill, min(128, max_prefill)), (0, max_context - 2, 0)))
+    return out
+
+
 class Generator:
     """A causal LM (e.g. `lumos.models.llama.Llama`) compiled for generation: call it with
     the next token ids to get the logits after the last one. `state` binds the weights."""
@@ -92,9 +103,9 @@ class Generator:
         g.dim("p", 0, self.max_context - 1)
         self.tokens = g.tensor((1, "s"), i64, name="tokens")
         self.logits = model(self.tokens, sym("p")).output()
-        buckets = [(1, 1, 1)] + ([(2, self.max_prefill, min(128, self.max_prefill))]
-                                 if self.max_prefill > 1 else [])
-        opts = dataclasses.replace(options or CompileOptions(), dim_buckets={"s": buckets})
+        opts = dataclasses.replace(options or CompileOptions(),
+                                   dim_buckets={("s", "p"): steps(self.max_prefill,
+                                                                 self.max_context)})
         rt = runtime or ReferenceRuntime()
         say(f"compiling {len(g.nodes)} nodes for the {rt.name} runtime (" +
             (f"search limit {opts.limit}, buckets of s: 1, 2..{self.max_prefill})"

@@ -25,6 +25,8 @@ class BucketRecord:
     genome: Genome             # the chosen e-node per e-class
     trials: list[Any] = field(default_factory=list)  # search.Trial per candidate
     stop_reason: str | None = None
+    recalled: int = 0          # moves decided by earlier searches' verdicts (search.verdicts)
+    learned: int = 0           # verdicts this search reached that none had before
 
 
 @dataclass
@@ -76,5 +78,8 @@ def compiled(graph: Graph, runtime: str, options: Any, buckets: Sequence[Mapping
                                   list(raw.saturation), space, dict(enumerate(genome))
                                   if isinstance(genome, list) else dict(genome),
                                   list(search.history) if search is not None else [],
-                                  search.stop_reason if search is not None else None))
+                                  search.stop_reason if search is not None else None,
+                                  len(getattr(search, "recalled", ())),
+                                  len(search.learned()) if hasattr(search, "learned")
+                                  else 0))
     rec.compiles.append(CompileRecord(graph, runtime, options, parts, loaded))

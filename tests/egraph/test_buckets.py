@@ -24,11 +24,27 @@ def test_combos_and_select():
     assert combos({"s": (4, 100)}, {"s": [(1, None, 8)]}) == [{"s": DimBucket(4, 100, 8)}]
 
 
+def test_a_dim_without_buckets_is_timed_at_its_upper_end_unless_it_does_not_fit():
+    dims = {"s": (1, 512), "b": (2, None), "p": (0, 99)}
+    assert combos(dims, {"p": [(0, 99, 7)]}) == [
+        {"b": DimBucket(2, None, 2), "p": DimBucket(0, 99, 7), "s": DimBucket(1, 512, 512)}]
+    seen = []
+
+    def fits(env):
+        seen.append(dict(env))
+        return env["s"] <= 100
+    # halved towards the minimum, the explicit bucket kept
+    assert combos(dims, {"p": [(0, 99, 7)]}, fits)[0]["s"] == DimBucket(1, 512, 64)
+    assert [e["s"] for e in seen] == [512, 256, 128, 64] and {e["p"] for e in seen} == {7}
+    assert combos(dims, {}, lambda env: False)[0] == \
+        {"b": DimBucket(2, None, 2), "p": DimBucket(0, 99, 0), "s": DimBucket(1, 512, 1)}
+
+
 def test_joint_buckets_give_only_their_combinations():
     dims = {"b": (1, 16), "s": (1, 512), "p": (0, 99)}
     joint = {("b", "s"): [((1, 1, 1), (2, 512, 128)), ((1, 16, 8), (1, 1, 1))]}
     cs = combos(dims, CompileOptions(dim_buckets=joint).dim_buckets)
-    p = DimBucket(0, 99, 0)
+    p = DimBucket(0, 99, 99)  # (a dim without buckets: timed at its upper end)
     assert cs == [{"b": DimBucket(1, 1, 1), "p": p, "s": DimBucket(2, 512, 128)},
                   {"b": DimBucket(1, 16, 8), "p": p, "s": DimBucket(1, 1, 1)}]
     assert select(cs, {"b": 1, "s": 300, "p": 5}) == 0

@@ -1,10 +1,16 @@
 """Dimension buckets: one saturated e-graph (and one search) per combination of buckets
-of the dynamic dims; `execute` dispatches on the actual dims."""
+of the dynamic dims; `execute` dispatches on the actual dims.
+
+A dim given no buckets has one, its declared range, timed at its upper end (a program
+searched at the smallest size chose kernels for work that hardly exists: the demo's
+attention block declared s in 1..512 and searched at s = 1 ran at 0.58x numpy at 128);
+an unbounded one at its minimum. `fits` may lower those default sizes (halving towards
+the minimum) until the graph's values at them fit in memory."""
 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import NamedTuple
 
 from lumos.errors import BindError
@@ -31,11 +37,13 @@ def _fmt(b: DimBucket) -> str:
 
 
 def combos(dims: Mapping[str, tuple[int, int | None]],
-           buckets: Mapping[str | tuple[str, ...], Sequence[Sequence]]) -> list[Combo]:
+           buckets: Mapping[str | tuple[str, ...], Sequence[Sequence]],
+           fits: Callable[[Mapping[str, int]], bool] | None = None) -> list[Combo]:
     """Every combination of buckets, one per dim of `dims` (a dim without buckets has one:
-    its declared range), clipped to the declared ranges; dims keyed together (a tuple)
-    take their buckets jointly. Rejects unknown dims, buckets outside the range and
-    overlapping buckets."""
+    its declared range, represented by its upper end or, unbounded, its minimum; lowered
+    while `fits` says the dims do not fit), clipped to the declared ranges; dims keyed
+    together (a tuple) take their buckets jointly. Rejects unknown dims, buckets outside
+    the range and overlapping buckets."""
     named = {n for k in buckets for n in ((k,) if isinstance(k, str) else k)}
     unknown = named - set(dims)
     if unknown:
@@ -44,7 +52,9 @@ def combos(dims: Mapping[str, tuple[int, int | None]],
     groups: list[tuple[tuple[str, ...], list[tuple]]] = \
         [((k,), [(b,) for b in v]) if isinstance(k, str) else (k, list(v))
          for k, v in buckets.items()]
-    groups += [((n,), [((lo, hi, lo),)]) for n, (lo, hi) in dims.items() if n not in named]
+    default = [n for n in dims if n not in named]
+    groups += [((n,), [((lo, hi, lo if hi is None else hi),)])
+               for n, (lo, hi) in dims.items() if n in default]
     per_group = []
     for names, joint in sorted(groups):
         if len(names) == 1:
@@ -56,8 +66,23 @@ def combos(dims: Mapping[str, tuple[int, int | None]],
             joint = [(b,) for b in given]
         per_group.append([tuple((n, _clip(n, dims[n], DimBucket(*b)))
                                 for n, b in zip(names, row, strict=True)) for row in joint])
-    return [dict(sorted(x for part in c for x in part))
-            for c in itertools.product(*per_group)]
+    out = [dict(sorted(x for part in c for x in part)) for c in itertools.product(*per_group)]
+    return out if fits is None else [_fitted(c, default, fits) for c in out]
+
+
+def _fitted(combo: Combo, default: Sequence[str], fits: Callable[[Mapping[str, int]], bool]
+            ) -> Combo:
+    """`combo` with the representatives of its `default` dims halved towards their
+    minimum until `fits` holds (or they are all at it)."""
+    combo = dict(combo)
+    while not fits({n: b.representative for n, b in combo.items()}):
+        lower = {n: combo[n]._replace(representative=(combo[n].min + combo[n].representative)
+                                      // 2)
+                 for n in default if combo[n].representative > combo[n].min}
+        if not lower:
+            break
+        combo.update(lower)
+    return combo
 
 
 def _clip(name: str, declared: tuple[int, int | None], bk: DimBucket) -> DimBucket:

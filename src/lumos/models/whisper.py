@@ -407,7 +407,9 @@ class Transcriber:
         states = self.model.model.decoder(self.ids, [tuple(kv) for kv in self.cross_in],
                                           sym("past"))
         self.logits = self.model.proj_out(states[:, -1]).output()
-        buckets = {"tokens": [(1, 1, 1), (2, most, len(self.prompt))]}  # a step; a prompt
+        # a step with the caches full; the prompt into empty ones
+        buckets = {("tokens", "past"): [((1, 1, 1), (0, most - 1, most - 1)),
+                                        ((2, most, len(self.prompt)), (0, most - 2, 0))]}
         opts = dataclasses.replace(self.options or CompileOptions(), dim_buckets=buckets)
         self.decoder = g.compile(runtime, opts)
         load_state(self.model, self.decoder, self.state)

@@ -50,7 +50,7 @@ import random
 import statistics
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from tqdm import tqdm
@@ -85,7 +85,9 @@ class KernelSearch:
     def __init__(self, space: SearchSpace, options: CompileOptions | None = None,
                  clock: Callable[[], float] = time.monotonic,
                  seeds: Sequence[Callable[[int, ENode], float]] = (),
-                 genomes: Genomes | None = None) -> None:
+                 genomes: Genomes | None = None,
+                 known: Mapping[str, bool] | None = None) -> None:
+        """`known`: verdicts of earlier searches by move signature (search.verdicts)."""
         self.options = options or CompileOptions()
         self.space = space
         if genomes is not None and genomes.space is not space:
@@ -104,7 +106,9 @@ class KernelSearch:
         self._best: tuple[float, int, Genome] | None = None
         self.incumbent: Genome | None = None
         self._kernels: dict[KernelId, KernelTime] = {}  # the incumbent's, last measured
-        self._verdicts: dict[str, bool] = {}  # move signature -> kept
+        self._known = dict(known or {})  # move signature -> kept, by earlier searches
+        self._verdicts: dict[str, bool] = dict(self._known)  # move signature -> kept
+        self.recalled: set[str] = set()  # signatures met here that were decided before
         self._tries: dict[str, int] = {}  # move signature -> times judged
         self._retry: list[list[Move]] = []  # parts of a failed batch, to try again
         self._texts: dict[tuple[int, int], str] = {}  # (class, alternative) -> its e-node's
@@ -246,6 +250,10 @@ class KernelSearch:
             return 2 * self._best[0] if self._best is not None else math.inf
         return 10 * self._incumbent_seconds  # later: every kernel's time is wanted
 
+    def learned(self) -> dict[str, bool]:
+        """The verdicts this search reached that earlier ones had not (see `known`)."""
+        return {s: k for s, k in self._verdicts.items() if self._known.get(s) is not k}
+
     def check_all(self) -> bool:
         """Whether every measured candidate must be checked against the reference, not only
         a new best: yes, its kernels may be kept."""
@@ -343,6 +351,8 @@ class KernelSearch:
                     sig = _signature(self._kernels, touched, home, position[(home, c)],
                                      self._node_text(c, j), deep)
                     verdict = self._verdicts.get(sig)
+                    if sig in self._known:
+                        self.recalled.add(sig)
                     if verdict is None:
                         fresh.append((Move(c, j, deep, sig), touched))
                     elif verdict:
@@ -504,7 +514,8 @@ class KernelSearch:
     def _stop(self, reason: str) -> None:
         self.stop_reason = reason
         log("search", f"stopped: {reason}; {self.counted} counted, {self.rejected} rejected, "
-                      f"{self.kept} of {self.tried} moves kept, "
+                      f"{self.kept} of {self.tried} moves kept, {len(self.recalled)} "
+                      "decided by earlier searches, "
                       + (f"best {_ms(self._best[0])}" if self._best else "no best"))
         if self._bar is not None:
             self._bar.close()

@@ -10,9 +10,12 @@ import numpy as np
 import pytest
 
 import lumos
+from lumos.egraph.buckets import combos
+from lumos.record import recording
 from lumos.runtime.cpu import CompileError, CpuRuntime
 from lumos.runtime.cpu import program as program_module
 from lumos.runtime.cpu.cc import UnsupportedProgram
+from lumos.runtime.cpu.tune import PROFILING_BYTES, fits_profiling
 from lumos.search import CompileOptions, GeneticSearch, Outcome, Rejected
 from lumos.search.genome import Genome
 from tests.runtime.cpu.common import assert_same, execute_both
@@ -61,6 +64,27 @@ def test_search_returns_a_correct_program() -> None:
     x, y, out = chain_graph()
     prog = x.graph.compile(CpuRuntime(), OPTS)
     check(prog, x, y, out)
+
+
+def test_a_dim_without_buckets_is_timed_at_its_upper_end() -> None:
+    x, y, out = chain_graph()
+    with recording() as rec:
+        prog = x.graph.compile(CpuRuntime(), CompileOptions(limit=2, trials=1))
+    bucket, = rec.compiles[-1].buckets
+    assert bucket.env == {"n": 64} and bucket.bucket == {"n": (1, 64, 64)}
+    check(prog, x, y, out)
+
+
+def test_a_default_size_whose_values_do_not_fit_is_lowered() -> None:
+    g = lumos.Graph()
+    g.dim("s", 1, 10**6)
+    x = g.tensor(("s", 8), lumos.f32, "x")
+    (x @ x.transpose(0, 1)).output()  # (s, s, 8) products: 6e13 bytes at the upper end
+    fits = fits_profiling(g)
+    bk, = combos(g.dims, {}, fits)
+    s = bk["s"].representative
+    assert 1 < s < 10**6 and fits({"s": s}) and not fits({"s": 2 * s})
+    assert not fits({"s": 10**5}) and 64 * 10**4 <= PROFILING_BYTES
 
 
 @pytest.mark.parametrize("body", ["  *(volatile int *)0 = 1;\n",  # segfault

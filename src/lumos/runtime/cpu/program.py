@@ -51,6 +51,7 @@ from lumos.runtime.cpu.kernels import (
 from lumos.runtime.cpu.plan import ALIGN, plan
 from lumos.search import GeneticSearch, Genome, Genomes, KernelSearch
 from lumos.search.options import CompileOptions
+from lumos.search.verdicts import Verdicts
 
 
 def build(program: Graph | Kernels, flush_denormals: bool = False,
@@ -278,12 +279,12 @@ class CpuRuntime:
 
     def compile(self, graph: Graph, options: CompileOptions | None = None) -> CpuProgram:
         from lumos.runtime.cpu.isolate import Sandbox  # (these import this module)
-        from lumos.runtime.cpu.tune import Profiling, prepare, tune
+        from lumos.runtime.cpu.tune import Profiling, fits_profiling, prepare, tune
 
         opts = options or CompileOptions()
         searched = opts.limit > 0
         flush = opts.flush_denormals
-        buckets = combos(graph.dims, opts.dim_buckets)
+        buckets = combos(graph.dims, opts.dim_buckets, fits_profiling(graph))
         rules = self.rules if searched else LOWER  # the baseline fuses nothing
         named = opts if searched else None  # (the options that name the artifact)
         if self.artifacts is not None:
@@ -335,11 +336,16 @@ class CpuRuntime:
                     searches.append(None)
                     continue
                 made = Genomes(space)  # (one ranking for the seeds and the search)
-                kind = KernelSearch if opts.search == "kernels" else GeneticSearch
-                search = kind(space, opts, genomes=made,
-                              seeds=seeds(space, envs[k], made, weights) if opts.seeds else ())
+                ranks = seeds(space, envs[k], made, weights) if opts.seeds else ()
+                store = Verdicts(measured_under(envs[k])) if opts.cache else None
+                search = KernelSearch(space, opts, genomes=made, seeds=ranks,
+                                      known=store.load() if store else None) \
+                    if opts.search == "kernels" else \
+                    GeneticSearch(space, opts, genomes=made, seeds=ranks)
                 genomes.append(tune(graph, search, realize, envs[k], box,
                                     functools.partial(profiling, k))[1])
+                if store is not None and isinstance(search, KernelSearch):
+                    store.save(search.learned())
                 programs.append(realize(genomes[-1], profile=False))  # (its kernels: cached)
                 searches.append(search)
         record.compiled(graph, self.name, named, buckets, envs, saturated, spaces, genomes,
@@ -452,6 +458,14 @@ def signature(rules: Rules, options: CompileOptions | None) -> dict[str, str]:
             "cpu": hashlib.sha256(cpu_id().encode()).hexdigest()[:16],
             "rules": hashlib.sha256(repr(rules).encode()).hexdigest()[:16],
             "lumos": sources_hash(), "options": repr(opts)}
+
+
+def measured_under(env: Mapping[str, int]) -> str:
+    """The conditions a search's times hold under (search.verdicts): this runtime, CPU,
+    compiler and flags, BLAS, threads, and the dims timed at."""
+    threads = os.environ.get("OMP_NUM_THREADS") or str(len(os.sched_getaffinity(0)))
+    return repr(("cpu", cpu_id(), compiler(os.environ.get("CC") or "cc"), FLAGS,
+                 scipy_openblas32.__version__, threads, sorted(env.items())))
 
 
 @cache

@@ -51,6 +51,9 @@ from lumos.search.genome import genome_key
 from lumos.search.options import CompileOptions
 
 MAX_ARENA_FRACTION = 0.5  # of physical memory: a candidate needing more is not run
+# the most bytes the graph's values may take at the sizes a search times by default (the
+# oracle computes them all, floats as f64); fixed, so every machine times the same sizes
+PROFILING_BYTES = 1 << 31
 
 
 def _memory() -> int:
@@ -67,6 +70,18 @@ RTOL = {"f64": 1e-10, "f32": 1e-4, "f16": 1e-2, "bf16": 5e-2}
 # a candidate may also lie this many times as far from the oracle as the graph evaluated
 # plainly does (`slack`): its own order of sums rounds differently, not worse by much
 SLACK = 4.0
+
+
+def fits_profiling(graph: Graph) -> Callable[[Mapping[str, int]], bool]:
+    """Whether the values of all of `graph`'s nodes at dims `env`, floats counted as f64,
+    take at most PROFILING_BYTES: the test `combos` lowers default sizes by."""
+    def fits(env: Mapping[str, int]) -> bool:
+        total = 0
+        for n in graph.nodes:
+            size = math.prod(max(0, int(e.eval(env))) for e in n.shape)
+            total += size * (8 if n.dtype.is_float else n.dtype.itemsize)
+        return total <= PROFILING_BYTES
+    return fits
 
 
 def profiling_inputs(graph: Graph, env: Mapping[str, int], seed: int) -> dict[str, np.ndarray]:
