@@ -11,6 +11,7 @@ import pytest
 
 from lumos import cli
 from lumos.cli.info import ARM_FEATURES, X86_FEATURES
+from lumos.search.verdicts import Verdicts
 
 
 def info(capsys, *args: str) -> dict[str, str]:
@@ -48,7 +49,9 @@ def test_cache_and_clear(capsys, monkeypatch, tmp_path):
     (tmp_path / "weights").mkdir()
     (tmp_path / "weights" / "w.gguf").write_bytes(b"z" * 2**21)
     (tmp_path / "mine.txt").write_text("not lumos'")
+    Verdicts("here").save({"a": True, "b": False})
     rows = info(capsys)
+    assert rows["search"].endswith("MiB, 2 verdicts of earlier searches")
     assert rows["weights"] == "2.0 MiB, 1 weight files joined from chunk packages"
     assert rows["artifacts"] == "1.0 MiB, 1 artifacts (saved choices)"
     assert rows["kernels"] == "0.0 MiB, 2 compiled kernel libraries"
@@ -56,6 +59,7 @@ def test_cache_and_clear(capsys, monkeypatch, tmp_path):
     assert rows["artifacts"] == "0.0 MiB, 0 artifacts (saved choices)" and "cleared" in rows
     assert not (tmp_path / "cpu").exists() and (tmp_path / "mine.txt").exists()
     assert not (tmp_path / "weights").exists()  # (joined again when next used)
+    assert rows["search"] == "0.0 MiB, 0 verdicts of earlier searches"
 
 
 @pytest.mark.slow

@@ -1,6 +1,6 @@
 """Where lumos keeps files: `$LUMOS_CACHE` (default ~/.cache/lumos), holding compiled
-kernels (cpu/), artifacts (artifacts/), shipped kernels (shipped/) and weight files joined
-from chunk packages (weights/)."""
+kernels (cpu/), artifacts (artifacts/), shipped kernels (shipped/), weight files joined
+from chunk packages (weights/) and the verdicts of earlier searches (search.sqlite)."""
 
 from __future__ import annotations
 

@@ -92,5 +92,6 @@ def test_a_second_compile_decides_the_moves_the_first_measured(tmp_path, monkeyp
     first, second = records
     assert first.stop_reason == "no move left to try", first.stop_reason
     assert (tmp_path / "search.sqlite").exists()
-    assert second.recalled > 0 and second.learned == 0
+    # (a move whose gain was within the noise had no verdict: it is judged again)
+    assert first.recalled == 0 and second.recalled > 0 and second.learned < first.learned
     assert len(second.trials) <= len(first.trials)

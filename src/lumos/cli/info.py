@@ -1,6 +1,6 @@
 """`lumos info`: what lumos sees of this machine (CPU, ISA features, caches, memory, the C
 compiler, BLAS, a CUDA device) and of its caches; `--bandwidth` measures copy bandwidth,
-`--clear` empties the artifact, kernel and joined-weight caches."""
+`--clear` empties the artifact, kernel, joined-weight and search-verdict caches."""
 
 from __future__ import annotations
 
@@ -13,6 +13,8 @@ import subprocess
 from pathlib import Path
 
 from lumos.paths import cache_root
+from lumos.search.verdicts import FILE as VERDICTS
+from lumos.search.verdicts import stored
 
 # x86 flags of /proc/cpuinfo lumos' kernels (or its compiler under -march=native) can use
 X86_FEATURES = (("sse4_2", "SSE4.2"), ("avx", "AVX"), ("avx2", "AVX2"), ("fma", "FMA"),
@@ -34,7 +36,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--bandwidth", action="store_true",
                    help="also measure memory copy bandwidth (about a second)")
     p.add_argument("--clear", action="store_true",
-                   help="delete the artifact, compiled-kernel and joined-weight caches")
+                   help="delete the artifact, compiled-kernel, joined-weight and "
+                        "search-verdict caches")
 
 
 def cpuinfo() -> dict[str, str]:
@@ -174,7 +177,8 @@ def cmd_info(args: argparse.Namespace) -> int:
     if args.clear:
         for name in CACHES:
             shutil.rmtree(root / name, ignore_errors=True)
-        rows.append(("cleared", f"{', '.join(CACHES)} under {root}"))
+        (root / VERDICTS).unlink(missing_ok=True)
+        rows.append(("cleared", f"{', '.join(CACHES)} and {VERDICTS} under {root}"))
     use = cache_usage(root)
     rows.append(("cache", f"{root} (LUMOS_CACHE)"))
     what = {"artifacts": ("artifacts", "artifacts (saved choices)"),
@@ -183,6 +187,9 @@ def cmd_info(args: argparse.Namespace) -> int:
             "weights": ("weights", "weight files joined from chunk packages")}
     rows += [(f"  {what[name][0]}", f"{size / 2**20:.1f} MiB, {n} {what[name][1]}")
              for name, (n, size) in use.items()]
+    store = root / VERDICTS
+    rows.append(("  search", f"{store.stat().st_size / 2**20 if store.is_file() else 0:.1f} "
+                             f"MiB, {stored(store)} verdicts of earlier searches"))
     width = max(len(k) for k, _ in rows)
     for k, v in rows:
         print(f"{k:<{width}}  {v}")

@@ -33,7 +33,9 @@ tried again in halves, until the move that failed it stands alone and is rejecte
 A move is known by its signature: the code (keys) of the kernels it touches, where in its
 kernel the class lies, and the e-node it picks. A verdict holds for every move of that
 signature: repeated layers (the same kernels) are decided once, each kept move is tried
-at once wherever else it applies, and a rejected one is not tried again. The search ends
+at once wherever else it applies, and a rejected one is not tried again. Verdicts reached
+by kernel times outlive the search (`known`, `learned`: search.verdicts keeps them per
+machine), so a later search of the same kernels starts from them. The search ends
 at `limit` counted candidates, at `search_time_limit` (less the time one more candidate
 and the finals are expected to take), or when no move is left to try;
 then the incumbent and generation 0's best are timed in turns (`FINAL_ROUNDS`), and
@@ -109,6 +111,7 @@ class KernelSearch:
         self._known = dict(known or {})  # move signature -> kept, by earlier searches
         self._verdicts: dict[str, bool] = dict(self._known)  # move signature -> kept
         self.recalled: set[str] = set()  # signatures met here that were decided before
+        self._judged: set[str] = set()  # signatures given a verdict by kernel times here
         self._tries: dict[str, int] = {}  # move signature -> times judged
         self._retry: list[list[Move]] = []  # parts of a failed batch, to try again
         self._texts: dict[tuple[int, int], str] = {}  # (class, alternative) -> its e-node's
@@ -251,8 +254,10 @@ class KernelSearch:
         return 10 * self._incumbent_seconds  # later: every kernel's time is wanted
 
     def learned(self) -> dict[str, bool]:
-        """The verdicts this search reached that earlier ones had not (see `known`)."""
-        return {s: k for s, k in self._verdicts.items() if self._known.get(s) is not k}
+        """The verdicts this search reached by kernel times that earlier ones had not (see
+        `known`); not those of failed runs (a compile that timed out on a busy machine)."""
+        return {s: self._verdicts[s] for s in self._judged
+                if self._known.get(s) is not self._verdicts[s]}
 
     def check_all(self) -> bool:
         """Whether every measured candidate must be checked against the reference, not only
@@ -488,6 +493,7 @@ class KernelSearch:
                 self._tries[sig] = self._tries.get(sig, 0) + 1
                 if ok or gain <= 0 or self._tries[sig] >= 2:
                     self._verdicts[sig] = ok
+                    self._judged.add(sig)
             if ok:
                 keep.update(members)
         if keep:

@@ -37,6 +37,17 @@ def store_path() -> Path | None:
     return cache_root() / FILE
 
 
+def stored(path: Path) -> int:
+    """How many verdicts the store at `path` holds (0 if none can be read)."""
+    if not path.is_file():
+        return 0
+    try:
+        with closing(sqlite3.connect(path, timeout=10.0)) as db:
+            return int(db.execute("SELECT COUNT(*) FROM verdicts").fetchone()[0])
+    except sqlite3.Error:
+        return 0
+
+
 class Verdicts:
     """The verdicts measured under the conditions `where` names (any text)."""
 
