@@ -63,13 +63,19 @@ def keep_freed_memory() -> None:
         libc.mallopt(-1, 2**31 - 1)
 
 
+SETTLE = 0.3  # seconds between two peers' turns (see `interleaved`)
+
+
 def interleaved(fns: Mapping[str, Callable[[], object]], repeats: int, least: float = 0.0,
                 rounds: int = 5, warmup: int = 1) -> dict[str, float]:
     """Median wall time in seconds of each of `fns`, timed in turns: `rounds` rounds in
     each of which every fn runs at least repeats / rounds times and least / rounds
     seconds, after `warmup` runs each. A slow spell of the shared machine (seen here: the
     same program 10-20% slower for tens of seconds) then falls on every peer alike, not
-    on whichever was being timed."""
+    on whichever was being timed. Each turn starts `SETTLE` seconds after the last: a
+    peer's idle threads spin on after its last call (OpenBLAS' for ~0.1 s), and took a
+    core from the next peer (lumos' 1024^3 product: 8.1 ms alone, 17.2 ms right after
+    numpy's)."""
     for fn in fns.values():
         for _ in range(warmup):
             fn()
@@ -77,6 +83,7 @@ def interleaved(fns: Mapping[str, Callable[[], object]], repeats: int, least: fl
     per = max(1, -(-repeats // rounds))
     for _ in range(rounds):
         for k, fn in fns.items():
+            time.sleep(SETTLE)
             got: list[float] = []
             while len(got) < per or sum(got) < least / rounds:
                 t0 = time.perf_counter()

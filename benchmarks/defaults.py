@@ -70,7 +70,7 @@ def main() -> None:
             prog = g.compile(lumos.CpuRuntime(),
                              None if fields is None else lumos.CompileOptions(**fields))
         compile_s = time.perf_counter() - t0
-        timed_at = [b.env for b in rec.compiles[-1].buckets]
+        timed_at = [b.sizes for b in rec.compiles[-1].buckets]
         for size, data, peer in runs:
             for t, a in data.items():
                 prog.set_data(t, a)

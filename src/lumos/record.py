@@ -25,6 +25,7 @@ class BucketRecord:
     genome: Genome             # the chosen e-node per e-class
     trials: list[Any] = field(default_factory=list)  # search.Trial per candidate
     stop_reason: str | None = None
+    sizes: list[dict[str, int]] = field(default_factory=list)  # the dims each candidate ran at
     recalled: int = 0          # moves decided by earlier searches' verdicts (search.verdicts)
     learned: int = 0           # verdicts this search reached that none had before
 
@@ -64,7 +65,8 @@ def current() -> Recorder | None:
 def compiled(graph: Graph, runtime: str, options: Any, buckets: Sequence[Mapping[str, Any]],
              envs: Sequence[Mapping[str, int]], saturated: Sequence[SearchSpace],
              spaces: Sequence[SearchSpace], genomes: Sequence[Genome],
-             searches: Sequence[Any], loaded: str | None = None) -> None:
+             searches: Sequence[Any], loaded: str | None = None,
+             sizes: Sequence[Sequence[Mapping[str, int]]] | None = None) -> None:
     """A runtime's report of one compile (a no-op unless recording): per bucket the space
     as saturated (its `saturation` runs), the space searched, the chosen genome and the
     GeneticSearch (None: not searched)."""
@@ -72,13 +74,14 @@ def compiled(graph: Graph, runtime: str, options: Any, buckets: Sequence[Mapping
     if rec is None:
         return
     parts = []
-    for b, env, raw, space, genome, search in zip(buckets, envs, saturated, spaces, genomes,
-                                                  searches, strict=True):
+    for i, (b, env, raw, space, genome, search) in enumerate(
+            zip(buckets, envs, saturated, spaces, genomes, searches, strict=True)):
         parts.append(BucketRecord({d: tuple(v) for d, v in b.items()}, dict(env),
                                   list(raw.saturation), space, dict(enumerate(genome))
                                   if isinstance(genome, list) else dict(genome),
                                   list(search.history) if search is not None else [],
                                   search.stop_reason if search is not None else None,
+                                  [dict(e) for e in sizes[i]] if sizes else [dict(env)],
                                   len(getattr(search, "recalled", ())),
                                   len(search.learned()) if hasattr(search, "learned")
                                   else 0))

@@ -284,3 +284,27 @@ def test_a_copy_by_one_of_a_strided_read_is_read_again_right() -> None:
     got = run_hlir(g, {"x": a}, {})
     np.testing.assert_array_equal(got[0], a[1::2][::2])
     np.testing.assert_array_equal(got[1], a[1::2])
+
+
+def test_peak_bytes_is_what_the_oracle_holds():
+    import tracemalloc
+
+    from lumos.runtime.reference import peak_bytes
+    g = lumos.Graph()
+    g.dim("s", 1, 4096)
+    x = g.tensor(("s", 64), name="x")
+    w = g.tensor((64, 64), name="w")
+    h = (x @ w).exp2()  # the product's Mul (s, 64, 64) is never held
+    (h * h + 1.0).sum(1).output()
+    n = 2048
+    want = peak_bytes(g, {"s": n})
+    # x, w; then x @ w (summed in f64), exp2, h * h, + 1, the sum: at most three (s, 64)
+    assert 3 * n * 64 * 4 <= want <= 4 * n * 64 * 4 + n * 64 * 8
+    rng = np.random.default_rng(0)
+    data = {"x": rng.standard_normal((n, 64), np.float32),
+            "w": rng.standard_normal((64, 64), np.float32)}
+    tracemalloc.start()
+    run_hlir(g, data, {"s": n})
+    peak = tracemalloc.get_traced_memory()[1] + data["x"].nbytes  # (x was held before)
+    tracemalloc.stop()
+    assert 0.5 * want <= peak <= 2 * want, (peak, want)

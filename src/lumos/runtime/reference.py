@@ -282,6 +282,29 @@ def _lowest(dt: DType) -> Any:
     return np.iinfo(dt.np).min
 
 
+def peak_bytes(g: Graph, env: Mapping[str, int]) -> int:
+    """The most bytes `run_hlir` holds at once on `g` at dims `env`: the values alive
+    after each node (a matrix product's Mul is never held), floats in a product's sum
+    counted as f64 (it sums in f64)."""
+    needed = set(live_nodes(g))
+    last_use = {j: i for i in sorted(needed) for j in g.nodes[i].inputs}
+    products = _products(g, needed)
+    size: dict[int, int] = {}
+    live = peak = 0
+    for i in sorted(needed):
+        n = g.nodes[i]
+        elems = math.prod(max(0, int(e.eval(env))) for e in n.shape)
+        size[i] = 0 if i in products else elems * n.dtype.itemsize
+        wide = elems * 8 if n.op == "SumReduce" and n.inputs and n.inputs[0] in products \
+            else 0
+        live += size[i]
+        peak = max(peak, live + wide)
+        for j in set(n.inputs):
+            if last_use[j] == i and j not in g.outputs:
+                live -= size[j]
+    return peak
+
+
 def run_hlir(g: Graph, inputs: Mapping[str, np.ndarray], env: dict[str, int],
              wide: bool = True) -> list[np.ndarray]:
     """Execute the HLIR of `g` node by node (the oracle): the values of `g.outputs`, given

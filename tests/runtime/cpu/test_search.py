@@ -16,11 +16,13 @@ from lumos.runtime.cpu import CompileError, CpuRuntime
 from lumos.runtime.cpu import program as program_module
 from lumos.runtime.cpu.cc import UnsupportedProgram
 from lumos.runtime.cpu.tune import PROFILING_BYTES, fits_profiling
-from lumos.search import CompileOptions, GeneticSearch, Outcome, Rejected
+from lumos.search import CompileOptions, GeneticSearch, Measured, Outcome, Rejected
 from lumos.search.genome import Genome
 from tests.runtime.cpu.common import assert_same, execute_both
 
-OPTS = CompileOptions(limit=4, generation_size=4, trials=1, execution_timeout=5, search="genetic")
+ONE_SIZE = {"n": [(1, 64, 64)]}  # (a dim given no buckets is timed at two sizes)
+OPTS = CompileOptions(limit=4, generation_size=4, trials=1, execution_timeout=5, search="genetic",
+                      dim_buckets=ONE_SIZE)
 DRIVER = "const int64_t *dims, char **stat) {\n"
 
 
@@ -66,12 +68,26 @@ def test_search_returns_a_correct_program() -> None:
     check(prog, x, y, out)
 
 
-def test_a_dim_without_buckets_is_timed_at_its_upper_end() -> None:
+def test_a_dim_without_buckets_is_timed_at_its_upper_end_and_its_minimum(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from lumos.runtime.cpu import isolate, tune
     x, y, out = chain_graph()
+    calls: list[tuple[str, dict]] = []
+    real = isolate.Sandbox.run
+
+    def run(self, fn, *args, **kwargs):
+        if fn in (tune.differs, tune.timed):
+            calls.append((fn.__name__, args[2]))
+        return real(self, fn, *args, **kwargs)
+    monkeypatch.setattr(isolate.Sandbox, "run", run)
     with recording() as rec:
-        prog = x.graph.compile(CpuRuntime(), CompileOptions(limit=2, trials=1))
+        prog = x.graph.compile(CpuRuntime(), CompileOptions(limit=2, trials=1, cache=False))
     bucket, = rec.compiles[-1].buckets
     assert bucket.env == {"n": 64} and bucket.bucket == {"n": (1, 64, 64)}
+    assert bucket.sizes == [{"n": 64}, {"n": 1}]
+    # each candidate is timed at both sizes, then checked at both
+    assert calls[:4] == [("timed", {"n": 64}), ("timed", {"n": 1}),
+                         ("differs", {"n": 64}), ("differs", {"n": 1})]
     check(prog, x, y, out)
 
 
@@ -175,8 +191,12 @@ def test_the_kernel_search_checks_every_candidate(monkeypatch: pytest.MonkeyPatc
         real_report(self, genome, outcome)
     monkeypatch.setattr(isolate.Sandbox, "run", run)
     monkeypatch.setattr(KernelSearch, "report", report)
-    prog = x.graph.compile(CpuRuntime(), CompileOptions(limit=6, trials=1, cache=False))
-    assert calls and calls == ["timed", "differs"] * (len(calls) // 2)
+    prog = x.graph.compile(CpuRuntime(), CompileOptions(limit=6, trials=1, cache=False,
+                                                        dim_buckets=ONE_SIZE))
+    # each candidate timed whole is checked (one cut short has lost: it is not)
+    assert calls[:2] == ["timed", "differs"] and "differs,differs" not in ",".join(calls)
+    assert calls.count("differs") == sum(isinstance(o, Measured) and bool(o.kernels)
+                                         for o in reports)
     assert any(o.kernels for o in reports)  # each kernel timed
     check(prog, x, y, out)
 

@@ -311,20 +311,21 @@ class CpuRuntime:
             return self._keep(saved.artifact if saved else None, graph, buckets, made)
         budget = Budget(opts.max_enodes, opts.max_iterations, opts.saturation_time_limit)
         envs = [{d: b.representative for d, b in combo.items()} for combo in buckets]
+        sizes = [timed_sizes(c, graph.dims, opts.dim_buckets) for c in buckets]
         programs, genomes, searches = [], [], []
         with Sandbox() as box, ThreadPoolExecutor(1) as pool:
             # the profiling inputs, the oracle and the sandbox's start need no e-graph:
             # prepared while it saturates (in its worker process) and the first candidate
             # compiles; a candidate runs once all are ready, so none is timed while inputs
             # are still being sent
-            prepared = [pool.submit(prepare, graph, env, opts.seed, box) for env in envs] \
-                if searched else []
+            prepared = [[pool.submit(prepare, graph, env, opts.seed, box) for env in es]
+                        for es in sizes] if searched else []
             bf16x3 = opts.matmul_precision == "high" and amx()
             saturated = build_spaces(graph, [bounds(c) for c in buckets], rules, budget)
             spaces = [cpu_space(s, graph.dims, bf16x3) for s in saturated]  # (its bounds)
 
-            def profiling(k: int) -> Profiling:
-                return [f.result() for f in prepared][k]
+            def profiling(k: int) -> list[Profiling]:
+                return [[f.result() for f in fs] for fs in prepared][k]
             for k, space in enumerate(spaces):
                 def realize(genome: Genome, space: SearchSpace = space,
                             profile: bool = searched) -> CompiledProgram:
@@ -336,20 +337,21 @@ class CpuRuntime:
                     searches.append(None)
                     continue
                 made = Genomes(space)  # (one ranking for the seeds and the search)
-                ranks = seeds(space, envs[k], made, weights) if opts.seeds else ()
-                store = Verdicts(measured_under(envs[k])) if opts.cache else None
+                ranks = [r for env in sizes[k] for r in seeds(space, env, made, weights)] \
+                    if opts.seeds else ()
+                store = Verdicts(measured_under(sizes[k])) if opts.cache else None
                 search = KernelSearch(space, opts, genomes=made, seeds=ranks,
                                       known=store.load() if store else None) \
                     if opts.search == "kernels" else \
                     GeneticSearch(space, opts, genomes=made, seeds=ranks)
-                genomes.append(tune(graph, search, realize, envs[k], box,
+                genomes.append(tune(graph, search, realize, sizes[k], box,
                                     functools.partial(profiling, k))[1])
                 if store is not None and isinstance(search, KernelSearch):
                     store.save(search.learned())
                 programs.append(realize(genomes[-1], profile=False))  # (its kernels: cached)
                 searches.append(search)
         record.compiled(graph, self.name, named, buckets, envs, saturated, spaces, genomes,
-                        searches)
+                        searches, sizes=sizes)
         cut = next((s.timed_out for s in saturated if s.timed_out), None)
         if saved is not None and cut is not None:
             warn(f"the compiled program is not cached: {cut} (a compile that saturates "
@@ -460,12 +462,25 @@ def signature(rules: Rules, options: CompileOptions | None) -> dict[str, str]:
             "lumos": sources_hash(), "options": repr(opts)}
 
 
-def measured_under(env: Mapping[str, int]) -> str:
+def timed_sizes(combo: Combo, dims: Mapping[str, tuple[int, int | None]],
+                buckets: Mapping[str | tuple[str, ...], Sequence]) -> list[dict[str, int]]:
+    """The dims a bucket's candidates are timed at: its representative, and where dims
+    were given no buckets (their representative is their upper end) also those at their
+    minimum: a program chosen at the upper end alone ran the demo's block at s = 1 half
+    as fast as one chosen there."""
+    given = {n for k in buckets for n in ((k,) if isinstance(k, str) else k)}
+    top = {d: b.representative for d, b in combo.items()}
+    low = {d: b.min if d not in given and d in dims else v
+           for (d, b), v in zip(combo.items(), top.values(), strict=True)}
+    return [top] if low == top else [top, low]
+
+
+def measured_under(envs: Sequence[Mapping[str, int]]) -> str:
     """The conditions a search's times hold under (search.verdicts): this runtime, CPU,
     compiler and flags, BLAS, threads, and the dims timed at."""
     threads = os.environ.get("OMP_NUM_THREADS") or str(len(os.sched_getaffinity(0)))
     return repr(("cpu", cpu_id(), compiler(os.environ.get("CC") or "cc"), FLAGS,
-                 scipy_openblas32.__version__, threads, sorted(env.items())))
+                 scipy_openblas32.__version__, threads, [sorted(e.items()) for e in envs]))
 
 
 @cache

@@ -1,8 +1,8 @@
 """Timed search on the CPU: each candidate program of a SearchSpace is compiled, run on
 profiling inputs in the sandbox, checked against the oracle, and timed.
 
-    program, genome = tune(graph, search, realize, env, sandbox,
-                           lambda: prepare(graph, env, seed, sandbox))
+    program, genome = tune(graph, search, realize, envs, sandbox,
+                           lambda: [prepare(graph, env, seed, sandbox) for env in envs])
 
 A compile error is `Rejected`, and so is a candidate one of whose compiler processes
 runs longer than `candidate_timeout` (it is killed then): one candidate whose source
@@ -10,8 +10,9 @@ chokes the C compiler must not stall the search. A crash, a hang (past
 `execution_timeout`) or an output that differs from `run_hlir` of the original graph is
 `Invalid`; otherwise the median of `trials` timed runs (after one warm-up run, which also
 computes what depends on weights alone: a program runs that once per binding) is
-`Measured`. Profiling inputs are random (seeded by `options.seed`) at the bucket's
-representative dims; `prepare` draws them, runs the oracle on them and stashes them in the
+`Measured`. Each candidate runs at each of a few sizes standing for its bucket (`envs`), its
+time the geometric mean over them. Profiling inputs are random (seeded by `options.seed`) at
+each size; `prepare` draws them, runs the oracle on them and stashes them in the
 sandbox (starting it), none of which needs the e-graph: CpuRuntime.compile runs it in a
 thread while the e-graph saturates in its worker process and the first candidate compiles;
 `tune` asks for it when the first candidate is ready to run.
@@ -35,7 +36,7 @@ from lumos.logs import log, warn
 from lumos.runtime.cpu.cc import CompileError, CompileTimeout, UnsupportedProgram, time_limit
 from lumos.runtime.cpu.isolate import CandidateError, Sandbox, Stashed
 from lumos.runtime.cpu.program import CompiledProgram, Statics
-from lumos.runtime.reference import run_hlir
+from lumos.runtime.reference import peak_bytes, run_hlir
 from lumos.search import (
     GeneticSearch,
     Genome,
@@ -51,8 +52,8 @@ from lumos.search.genome import genome_key
 from lumos.search.options import CompileOptions
 
 MAX_ARENA_FRACTION = 0.5  # of physical memory: a candidate needing more is not run
-# the most bytes the graph's values may take at the sizes a search times by default (the
-# oracle computes them all, floats as f64); fixed, so every machine times the same sizes
+# the most bytes the oracle may hold at once at the sizes a search times by default; fixed,
+# so every machine times the same sizes
 PROFILING_BYTES = 1 << 31
 
 
@@ -73,15 +74,9 @@ SLACK = 4.0
 
 
 def fits_profiling(graph: Graph) -> Callable[[Mapping[str, int]], bool]:
-    """Whether the values of all of `graph`'s nodes at dims `env`, floats counted as f64,
-    take at most PROFILING_BYTES: the test `combos` lowers default sizes by."""
-    def fits(env: Mapping[str, int]) -> bool:
-        total = 0
-        for n in graph.nodes:
-            size = math.prod(max(0, int(e.eval(env))) for e in n.shape)
-            total += size * (8 if n.dtype.is_float else n.dtype.itemsize)
-        return total <= PROFILING_BYTES
-    return fits
+    """Whether the oracle's values on `graph` at dims `env` take at most PROFILING_BYTES
+    at once (reference.peak_bytes): the test `combos` lowers default sizes by."""
+    return lambda env: peak_bytes(graph, env) <= PROFILING_BYTES
 
 
 def profiling_inputs(graph: Graph, env: Mapping[str, int], seed: int) -> dict[str, np.ndarray]:
@@ -178,6 +173,11 @@ def slack(graph: Graph, data: Mapping[str, np.ndarray], env: Mapping[str, int],
 _SEARCHES = itertools.count()
 
 
+def _geomean(xs: Sequence[float]) -> float:
+    """The geometric mean (a zero counts as a nanosecond: a kernel skipped at one size)."""
+    return math.exp(statistics.fmean(math.log(max(x, 1e-9)) for x in xs))
+
+
 def timed(program: CompiledProgram, inputs: Sequence[np.ndarray], env: Mapping[str, int],
           trials: int, bound: float = math.inf) -> tuple[float, list[float]]:
     """Runs in the sandbox: the median seconds of `trials` runs after one warm-up, or the
@@ -249,15 +249,18 @@ def prepare(graph: Graph, env: Mapping[str, int], seed: int, sandbox: Sandbox) -
 
 def tune(graph: Graph, search: GeneticSearch | KernelSearch,
          realize: Callable[[Genome], CompiledProgram],
-         env: Mapping[str, int], sandbox: Sandbox,
-         profiling: Callable[[], Profiling]) -> tuple[CompiledProgram, Genome]:
-    """The fastest correct program `search` finds, and its genome; `realize` compiles a genome;
-    `profiling` gives the search's Profiling (called once, when the first candidate has
-    compiled)."""
+         envs: Sequence[Mapping[str, int]], sandbox: Sandbox,
+         profiling: Callable[[], Sequence[Profiling]]) -> tuple[CompiledProgram, Genome]:
+    """The fastest correct program `search` finds, and its genome; `realize` compiles a
+    genome; each candidate is checked and timed at each of `envs` (the sizes that stand
+    for its bucket), its time (and each kernel's) the geometric mean over them, so that
+    each size counts by its ratio; `profiling` gives the Profiling of each (called once,
+    when the first candidate has compiled)."""
     opts: CompileOptions = search.options
     prepared: list[Profiling] = []
     dtypes = [graph.nodes[o].dtype for o in graph.outputs]
     programs: dict[tuple, CompiledProgram] = {}
+    share: list[float] = []  # per env: its time over the geometric mean, once measured
 
     timed_out: list[Genome] = []
     compile_limit = [opts.candidate_timeout]
@@ -277,39 +280,54 @@ def tune(graph: Graph, search: GeneticSearch | KernelSearch,
             log("search", f"candidate rejected: {str(e)[:4000]}")
             return Rejected(str(e))
         # (a product materialized whole, say; or every weight dequantized once)
-        arena = program.plan(env)[1] + sum(b for _, b in program.layout.statics)
+        arena = max(program.plan(env)[1] for env in envs) + \
+            sum(b for _, b in program.layout.statics)
         if arena > MAX_ARENA_FRACTION * _memory():
             log("search", f"candidate rejected: {arena / 2**30:.1f} GiB of intermediates")
             return Rejected(f"its intermediates take {arena / 2**30:.1f} GiB, more than "
                             f"{MAX_ARENA_FRACTION:.0%} of this machine's memory")
         if not prepared:
-            prepared.append(profiling())
-        p = prepared[0]
-        inputs = Stashed(p.key, program.layout.input_names)
+            prepared.extend(profiling())
+        best = search.best()
+        bound = search.bound() if hasattr(search, "bound") else \
+            2 * best[1] if best else math.inf
+        runs = opts.trials + 1
+        limit = None if opts.execution_timeout is None else opts.execution_timeout * runs
+        times, kernels = [], []
         try:
-            p.stash(sandbox)
-            runs = opts.trials + 1
-            limit = None if opts.execution_timeout is None else opts.execution_timeout * runs
-            best = search.best()
-            bound = search.bound() if hasattr(search, "bound") else \
-                2 * best[1] if best else math.inf
-            seconds, per_kernel = sandbox.run(timed, program, inputs, dict(env), opts.trials,
-                                              bound, timeout=limit)
+            for e, (env, p) in enumerate(zip(envs, prepared, strict=True)):
+                p.stash(sandbox)
+                inputs = Stashed(p.key, program.layout.input_names)
+                cap = bound * share[e] if share else bound
+                seconds, per_kernel = sandbox.run(timed, program, inputs, dict(env),
+                                                  opts.trials, cap, timeout=limit)
+                if seconds > cap:  # it has lost: its time here, as a whole's
+                    return Measured(seconds / share[e] if share else seconds)
+                times.append(seconds)
+                kernels.append(per_kernel)
+            seconds = _geomean(times)
             # checked where it would be the best (a wrong program never wins, and a slower
             # one costs no comparison with the oracle), or
             # always where the search keeps parts of candidates (KernelSearch)
             check = best is None or seconds < best[1] or \
                 (hasattr(search, "check_all") and search.check_all())
-            k = sandbox.run(differs, program, inputs, dict(env), Stashed(f"{p.key}/want", ["want"]),
-                            dtypes, p.slack, timeout=opts.execution_timeout) if check else None
-            if k is not None:
-                log("search", f"candidate output {k} differs from the reference "
-                              f"(source {program.source})")
-                return Invalid(f"output {k} differs from the reference")
+            for env, p in zip(envs, prepared, strict=True):
+                inputs = Stashed(p.key, program.layout.input_names)
+                k = sandbox.run(differs, program, inputs, dict(env),
+                                Stashed(f"{p.key}/want", ["want"]), dtypes, p.slack,
+                                timeout=opts.execution_timeout) if check else None
+                if k is not None:
+                    log("search", f"candidate output {k} differs from the reference at "
+                                  f"{dict(env)} (source {program.source})")
+                    return Invalid(f"output {k} differs from the reference")
         except CandidateError as e:
             return Invalid(str(e))
+        if not share and all(kernels):
+            share.extend(t / seconds if seconds > 0 else 1.0 for t in times)
         programs[genome_key(genome)] = program
         origin = getattr(program, "origin", {})
+        per_kernel = [_geomean(ts) for ts in zip(*kernels, strict=True)] \
+            if all(kernels) else []
         return Measured(seconds, tuple(
             KernelTime(k.name, *origin[k.node], t)
             for k, t in zip(program.layout.profiled, per_kernel, strict=False)
