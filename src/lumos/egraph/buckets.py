@@ -1,11 +1,10 @@
 """Dimension buckets: one saturated e-graph (and one search) per combination of buckets
 of the dynamic dims; `execute` dispatches on the actual dims.
 
-A dim given no buckets has one, its declared range, timed at its upper end (a program
-searched at the smallest size chose kernels for work that hardly exists: the demo's
-attention block declared s in 1..512 and searched at s = 1 ran at 0.58x numpy at 128);
-an unbounded one at its minimum. `fits` may lower those default sizes (halving towards
-the minimum) until the graph's values at them fit in memory."""
+A dim given no buckets has one, its declared range, represented by its upper end (a
+search at the smallest size alone chooses kernels for work that hardly exists), an
+unbounded one by its minimum. `fits` may lower those default sizes (halving towards the
+minimum) until the graph's values at them fit in memory."""
 
 from __future__ import annotations
 

@@ -448,8 +448,9 @@ class _Codegen:
             if band is None:
                 raise _NoFill
             return band
-        if self.windowed:
-            return self.banded(shape, bounds, blocks, work)
+        if self.windowed:  # (a kernel it reads in bands, too: that one run whole first)
+            lines = self.banded(shape, bounds, blocks, work)
+            return self.rows_whole(lines) if self.rows_in else lines
         if self.rows_in:
             return self.row_banded(shape, active, bounds, blocks, work) or self.rows_whole(
                 (self.tiled(shape, active, bounds, blocks, work) or
@@ -1107,6 +1108,8 @@ class _Codegen:
                 continue
             e = self.prep(x.view.index.subs(m), shape)
             start = e.subs({u: 0 for u in e.vars() if u.startswith("zr")})
+            if not set(start.vars()) <= set(sc.bounds):  # (a loop's inside the body)
+                continue
             step = start.subs({v: 1}) - start.subs({v: 0})
             if not step.is_num or start.subs({v: 0}) + Var(v) * step is not start:
                 continue

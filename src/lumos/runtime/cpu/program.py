@@ -311,7 +311,7 @@ class CpuRuntime:
             return self._keep(saved.artifact if saved else None, graph, buckets, made)
         budget = Budget(opts.max_enodes, opts.max_iterations, opts.saturation_time_limit)
         envs = [{d: b.representative for d, b in combo.items()} for combo in buckets]
-        sizes = [timed_sizes(c, graph.dims, opts.dim_buckets) for c in buckets]
+        sizes = [timed_sizes(c, opts.dim_buckets) for c in buckets]
         programs, genomes, searches = [], [], []
         with Sandbox() as box, ThreadPoolExecutor(1) as pool:
             # the profiling inputs, the oracle and the sandbox's start need no e-graph:
@@ -462,16 +462,14 @@ def signature(rules: Rules, options: CompileOptions | None) -> dict[str, str]:
             "lumos": sources_hash(), "options": repr(opts)}
 
 
-def timed_sizes(combo: Combo, dims: Mapping[str, tuple[int, int | None]],
-                buckets: Mapping[str | tuple[str, ...], Sequence]) -> list[dict[str, int]]:
+def timed_sizes(combo: Combo, buckets: Mapping[str | tuple[str, ...], Sequence]
+                ) -> list[dict[str, int]]:
     """The dims a bucket's candidates are timed at: its representative, and where dims
-    were given no buckets (their representative is their upper end) also those at their
-    minimum: a program chosen at the upper end alone ran the demo's block at s = 1 half
-    as fast as one chosen there."""
+    were given no buckets (represented by their upper end) also those at their minimum,
+    so that the program chosen serves the whole range (docs/performance.md)."""
     given = {n for k in buckets for n in ((k,) if isinstance(k, str) else k)}
     top = {d: b.representative for d, b in combo.items()}
-    low = {d: b.min if d not in given and d in dims else v
-           for (d, b), v in zip(combo.items(), top.values(), strict=True)}
+    low = {d: v if d in given else combo[d].min for d, v in top.items()}
     return [top] if low == top else [top, low]
 
 
