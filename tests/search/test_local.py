@@ -55,6 +55,13 @@ def drive(search, space, cost):
     return seen
 
 
+def random_costs(space: SearchSpace, seed: int) -> dict[tuple[str, tuple], float]:
+    """A random time in [1, 10) for each e-node with fields."""
+    table = random.Random(seed)
+    return {(n.op, n.fields): table.uniform(1, 10) for c in space.classes for n in c
+            if n.fields}
+
+
 def as_kernels(space: SearchSpace) -> SearchSpace:
     """grid_space with every class a kernel of its own (ops renamed K...)."""
     return SearchSpace([[type(n)(("K" + n.op) if n.op != "Output" else n.op, n.fields,
@@ -67,9 +74,7 @@ def test_independent_kernels_reach_the_best_program_in_few_candidates():
     kernel: every candidate tries one move per kernel, so the best program is found within
     a few candidates (a whole-program search needs far more)."""
     space = as_kernels(grid_space(12, 4))
-    table = random.Random(0)
-    cost = {(n.op, n.fields): table.uniform(1, 10) for c in space.classes for n in c
-            if n.fields}
+    cost = random_costs(space, 0)
     best = sum(min(cost[(n.op, n.fields)] for n in c) for c in space.classes if c[0].fields)
     search = KernelSearch(space, CompileOptions(limit=100))
     seen = drive(search, space, cost)
@@ -133,9 +138,7 @@ def test_a_move_into_a_wrong_program_is_not_kept():
 
 def test_limit_counts_and_the_last_candidate_is_the_incumbent():
     space = as_kernels(grid_space(8, 3))
-    table = random.Random(1)
-    cost = {(n.op, n.fields): table.uniform(1, 10) for c in space.classes for n in c
-            if n.fields}
+    cost = random_costs(space, 1)
     search = KernelSearch(space, CompileOptions(limit=3))
     seen = drive(search, space, cost)
     assert len(seen) == search.counted <= 3
@@ -167,9 +170,7 @@ def test_a_batch_that_fails_is_tried_again_in_halves():
     """One move of a batch makes the program fail to compile (Rejected): the batch is tried
     again in halves until that move stands alone; the others are judged as usual."""
     space = as_kernels(grid_space(8, 3))
-    table = random.Random(2)
-    cost = {(n.op, n.fields): table.uniform(1, 10) for c in space.classes for n in c
-            if n.fields}
+    cost = random_costs(space, 2)
     best = sum(min(cost[(n.op, n.fields)] for n in c if (n.op, n.fields) != ("Kv2", (3,)))
                for c in space.classes if c[0].fields)
     search = KernelSearch(space, CompileOptions(limit=100))
@@ -188,9 +189,7 @@ def test_the_time_limit_holds_one_more_candidate_and_the_finals():
     13 candidates or more, so a 20 s limit stops the moves by 10 s, and the search, finals
     included, ends within the limit."""
     space = as_kernels(grid_space(200, 4))
-    table = random.Random(1)
-    cost = {(n.op, n.fields): table.uniform(1, 10) for c in space.classes for n in c
-            if n.fields}
+    cost = random_costs(space, 1)
     now = [0.0]
 
     def clock() -> float:

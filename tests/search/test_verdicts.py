@@ -4,8 +4,6 @@ candidates; a store that is off, corrupt or unwritable is no store, never an err
 
 from __future__ import annotations
 
-import random
-
 import numpy as np
 import pytest
 
@@ -15,14 +13,12 @@ from lumos.runtime.cpu import CpuRuntime
 from lumos.search import CompileOptions, KernelSearch
 from lumos.search.verdicts import Verdicts, store_path
 from tests.search.spaces import grid_space
-from tests.search.test_local import as_kernels, drive
+from tests.search.test_local import as_kernels, drive, random_costs
 
 
 def test_a_second_search_of_the_same_kernels_times_no_new_move():
     space = as_kernels(grid_space(8, 4))
-    table = random.Random(0)
-    cost = {(n.op, n.fields): table.uniform(1, 10) for c in space.classes for n in c
-            if n.fields}
+    cost = random_costs(space, 0)
     first = KernelSearch(space, CompileOptions(limit=100))
     drive(first, space, cost)
     learned = first.learned()
