@@ -53,7 +53,7 @@ def combos(dims: Mapping[str, tuple[int, int | None]],
          for k, v in buckets.items()]
     default = [n for n in dims if n not in named]
     groups += [((n,), [((lo, hi, lo if hi is None else hi),)])
-               for n, (lo, hi) in dims.items() if n in default]
+               for n, (lo, hi) in ((n, dims[n]) for n in default)]
     per_group = []
     for names, joint in sorted(groups):
         if len(names) == 1:

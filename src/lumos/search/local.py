@@ -257,7 +257,7 @@ class KernelSearch:
         """The verdicts this search reached by kernel times that earlier ones had not (see
         `known`); not those of failed runs (a compile that timed out on a busy machine)."""
         return {s: self._verdicts[s] for s in self._judged
-                if self._known.get(s) is not self._verdicts[s]}
+                if self._known.get(s) != self._verdicts[s]}
 
     def check_all(self) -> bool:
         """Whether every measured candidate must be checked against the reference, not only
