@@ -10,6 +10,7 @@ import pytest
 import lumos
 from lumos.record import recording
 from lumos.runtime.cpu import CpuRuntime
+from lumos.runtime.cpu import program as program_module
 from lumos.search import CompileOptions, KernelSearch
 from lumos.search.verdicts import Verdicts, store_path
 from tests.search.spaces import grid_space
@@ -63,13 +64,22 @@ def test_a_store_that_is_off_corrupt_or_unwritable_is_none(tmp_path, monkeypatch
     assert not (tmp_path / "off").exists()
 
 
-def test_a_second_compile_decides_the_moves_the_first_measured(tmp_path, monkeypatch):
+def test_a_second_compile_starts_from_the_verdicts_the_first_measured(tmp_path, monkeypatch):
+    """What the second search then does with them depends on the machine's timings (the
+    path from its incumbent may meet other moves): the search test above pins that."""
     monkeypatch.setenv("LUMOS_CACHE", str(tmp_path))  # (artifacts are off in the tests)
+    searches = []
+
+    class Recorded(KernelSearch):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            searches.append(self)
+    monkeypatch.setattr(program_module, "KernelSearch", Recorded)
     g = lumos.Graph()
     x = g.tensor((64, 48), name="x")
     w = g.tensor((48, 32), name="w")
     y = ((x @ w).softmax(-1) * 2.0 + (x * x).sum(1, keepdim=True)).output()
-    opts = CompileOptions(limit=60, trials=1)
+    opts = CompileOptions(limit=30, trials=1)
     records = []
     for _ in range(2):
         with recording() as rec:
@@ -85,9 +95,10 @@ def test_a_second_compile_decides_the_moves_the_first_measured(tmp_path, monkeyp
         e = np.exp(z - z.max(-1, keepdims=True))
         want = e / e.sum(-1, keepdims=True) * 2 + (xs * xs).sum(1, keepdims=True)
         np.testing.assert_allclose(prog.get(y), want, rtol=1e-4, atol=1e-4)
-    first, second = records
-    assert first.stop_reason == "no move left to try", first.stop_reason
-    assert (tmp_path / "search.sqlite").exists()
-    # (a move whose gain was within the noise had no verdict: it is judged again)
-    assert first.recalled == 0 and second.recalled > 0 and second.learned < first.learned
-    assert len(second.trials) <= len(first.trials)
+    first, second = searches
+    learned = first.learned()
+    assert learned and first._known == {} and records[0].recalled == 0
+    assert second._known == learned  # all the first measured, and only that
+    assert records[1].learned == len(second.learned())
+    store = Verdicts(program_module.measured_under([{}])).load()
+    assert store == {**learned, **second.learned()}
