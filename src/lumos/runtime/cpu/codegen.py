@@ -70,7 +70,9 @@ BAND_FLOATS = 1 << 17  # a band of a product's rows its reader runs (row_banded)
 # (bands half or twice as large were slower)
 PACK_FLOATS = 262144  # a block of a factor a product packs itself (Pack): 1 MiB, about L2
 PACK_MIN_WIDTH = 256  # ... but at least this many of its M or N (narrower products are slow)
-PARALLEL_MIN = 1 << 15  # below this many elements of work a kernel runs on one thread
+# a kernel with no schedule of its own (a product's, a copy's, a gather's) runs on one thread
+# below this many elements of work (lowered kernels carry theirs: Kernels.par)
+PARALLEL_MIN = 1 << 15
 # a long reduction's outputs go to threads in blocks this small, so that a matrix-vector
 # product's few hundred outputs still spread over every core
 REDUCE_BLOCK, REDUCE_BLOCK_MIN_LENGTH = 16, 64
@@ -345,6 +347,7 @@ class _Codegen:
         self.windowed: list[Tile] = []  # per kernel: its windows products (banded)
         self.band_reads: list[tuple[int, int]] = []  # per kernel: (step, offset) of each read
         self.windows_made: dict[Node, _WindowsCode] = {}  # per kernel: their code
+        self.par = PARALLEL_MIN  # per kernel: its schedule's threading (Kernels.par)
 
     def _name(self) -> str:
         self._count += 1
@@ -430,10 +433,9 @@ class _Codegen:
         inner = body(sc)
         lines = []
         work = None if work is None else self.ren(work)
-        if work is not None and not (work.is_num and work.value < PARALLEL_MIN):
-            lines.append(f"#pragma omp parallel for collapse({len(active)}) schedule(static) "
-                         f"if({work.to_c()} >= {PARALLEL_MIN}) "
-                         "num_threads(lumos_threads())")
+        if (cond := self.parallel_if(work)) is not None:
+            lines.append(f"#pragma omp parallel for collapse({len(active)}) schedule(static)"
+                         f"{cond} num_threads(lumos_threads())")
         lines += [f"for (int64_t z{k} = 0; z{k} < {size[k]}; z{k}++)" for k in active[:-1]]
         before, loop, after = around or ([], "", [])
         blocks = [
@@ -499,9 +501,8 @@ class _Codegen:
                    *blocks, carry, "}", "}"]
         if self.filling:
             return [*calls, *rows_at] if len(calls) == 1 else None
-        w = None if work is None else self.ren(work)
-        par = [] if w is None or (w.is_num and w.value < PARALLEL_MIN) else \
-            [f"#pragma omp parallel if({w.to_c()} >= {PARALLEL_MIN}) num_threads(lumos_threads())"]
+        cond = self.parallel_if(work)
+        par = [] if cond is None else [f"#pragma omp parallel{cond} num_threads(lumos_threads())"]
         return [*par, "{",
                 f"const int64_t R = LUMOS_MAX(1, LUMOS_MIN({TILE_FLOATS} / LUMOS_MAX({c(n)}, 1), "
                 f"({c(m)} + lumos_threads() - 1) / lumos_threads()));",
@@ -597,9 +598,8 @@ class _Codegen:
             decode.insert(0, f"const int64_t z{k} = zq / {c(div)} % {c(sizes[k])};")
             div = div * sizes[k]
         at = " + ".join([f"{steps[k]} * z{k}" for k in outer] or ["0"])
-        w = None if work is None else self.ren(work)
-        par = [] if w is None or (w.is_num and w.value < PARALLEL_MIN) else \
-            [f"#pragma omp parallel if({w.to_c()} >= {PARALLEL_MIN}) num_threads(lumos_threads())"]
+        cond = self.parallel_if(work)
+        par = [] if cond is None else [f"#pragma omp parallel{cond} num_threads(lumos_threads())"]
         scratch = [f"float *restrict {name} = lumos_tile({slot}, {rows_max * n});",
                    *([f"float *restrict t0 = lumos_tile(0, {rows_max * n});"]
                      if self.rows_in else [])]
@@ -679,8 +679,20 @@ class _Codegen:
         return ["{", *head, "const int64_t tb = 0;", *lines, *tail, "}"]
 
     # -- kernels -----------------------------------------------------------------
+    def parallel_if(self, work: Expr | None) -> str | None:
+        """The clause of a kernel's parallel pragma given its elements of `work` under its
+        schedule's `par` ("" always on all threads, " if(...)" from `par` elements of
+        work), or None: no pragma (one thread; `work` None: a loop that must not split)."""
+        if work is None or self.par < 0:
+            return None
+        w = self.ren(work)
+        if self.par == 0 or w.is_num and w.value >= self.par:
+            return ""
+        return None if w.is_num else f" if({w.to_c()} >= {self.par})"
+
     def kernel(self, i: int) -> list[str]:
         """The loops computing node `i` into `out` (parameters collected in self.args)."""
+        self.par = self.g.par.get(i, PARALLEL_MIN)
         return self._kernel(self.g.nodes[i], self.g.bodies.get(i), self.g.packs.get(i),
                             i in self.g.own, i in self.g.amx)
 
@@ -1447,7 +1459,6 @@ class _Codegen:
         # output rows per band at most: its product rows (padded) in TILE_FLOATS * 8 floats
         # (768 KiB, in L2: narrower bands waste much of their last panel of 48 columns)
         per = f"LUMOS_MAX(1, {TILE_FLOATS * 8} / ({w.m} * {w.c(w.wp)} * {step}))"
-        w0 = None if work is None else self.ren(work).to_c(bounds)
         args = (f"pd + r0 * {w.c(w.wp)}, koff, j0, bw, {w.c(w.wp)}, {w.c(w.wp)}, t{j}, bw);")
         call = [f"lumos_gemm_windows({w.m}, {w.k}, ap, {args}"]
         if t.windows is not None and t.windows.amx:  # (bf16x3: EGemmWindowsAmx)
@@ -1465,7 +1476,8 @@ class _Codegen:
             "/ 48;",
             "if (rounds * panels < least) { least = rounds * panels; RB = rb; }", "}",
             f"const int64_t NB = ({rows_out} + RB - 1) / RB;",
-            f"#pragma omp parallel if({w0 or 0} >= {PARALLEL_MIN}) num_threads(lumos_threads())",
+            *([] if (cond := self.parallel_if(work)) is None else
+              [f"#pragma omp parallel{cond} num_threads(lumos_threads())"]),
             "{",
             f"float *restrict t{j} = lumos_tile(3, {w.m} * ({step} * (RB - 1) + {hi - lo + 1}) * "
             f"{w.c(w.wp)} + 48);",

@@ -41,7 +41,12 @@ FUSE_ROUNDS = 16  # inlining depth: one producer level per round (a chain as dee
 LOWER = CORE + Rules.files(Path(__file__).with_name("lower_cpu.egg"),
                            stages=(Stage(saturate=("lower_facts", "lower_cpu"), required=True),))
 RULES = LOWER + Rules((), (Stage(saturate=("loads",)), Stage(
-    bounded=("fuse",), saturate=("views", "loads"), rounds=FUSE_ROUNDS)))
+    bounded=("fuse",), saturate=("views", "loads"), rounds=FUSE_ROUNDS),
+    Stage(saturate=("schedules",))))
+# the kernels that carry a schedule (their last field, lower_cpu.egg's `par`), and the
+# value lowering gives them: the seeds' (the schedules ruleset adds the others)
+SCHEDULED = frozenset({"KMap", "KSumReduce", "KMaxReduce", "KOutput"})
+PAR_SEED = 1 << 15
 ELEMENTWISE = (*UNARY, *BINARY, "Cast")
 BODY_OPS = (*ELEMENTWISE, "Select")  # (Select: an ESelect, inline only)
 EXECUTABLE = frozenset({"Root", "Input", "Constant", "Iota", "Gather", "Scatter", "KMap", "KCopy",
@@ -503,6 +508,7 @@ class Kernels:
     packs: dict[int, Pack] = field(default_factory=dict)  # Gemm node -> its packed factor
     own: set[int] = field(default_factory=set)  # Gemm nodes run by lumos_gemm_own
     amx: set[int] = field(default_factory=set)  # ... by lumos_gemm_amx (bf16x3)
+    par: dict[int, int] = field(default_factory=dict)  # kernel -> its schedule's `par`
     # decoded from a genome: node -> (the e-class it writes, the e-classes its code is from)
     origin: dict[int, tuple[int, frozenset[int]]] = field(default_factory=dict)
 
@@ -625,8 +631,9 @@ def cpu_space(space: SearchSpace, bounds: Mapping | None = None, amx: bool = Fal
     s = SearchSpace([[n for n in c if ok(n)] for c in space.classes], space.root,
                     space.class_keys)
     s = restrict(s, EXECUTABLE, "cpu")
-    later = lambda n: (n.op.startswith("KGemm") or n.op.startswith("E") and n.op != "ELoad",  # noqa: E731
-                       n.op.endswith(("Own", "Amx")))  # (OpenBLAS first)
+    later = lambda n: (n.op in SCHEDULED and n.fields[-1] != PAR_SEED,  # noqa: E731
+                       n.op.startswith("KGemm") or n.op.startswith("E") and n.op != "ELoad",
+                       n.op.endswith(("Own", "Amx")))  # (OpenBLAS first; schedules last)
     return SearchSpace([sorted(c, key=later) for c in s.classes], s.root, s.class_keys)
 
 
@@ -706,6 +713,8 @@ def from_genome(space: SearchSpace, choice: Mapping[int, int] | Sequence[int],
             built[c] = k.add(Node(op, (), (), f[0], k.dtype(b),
                                   axis=f[1] if op in REDUCE else None,
                                   persist=f[1] if op == "Output" else False), b)
+            if n.op in SCHEDULED:
+                k.par[built[c]] = f[-1]
         elif n.op in ("KGemm", "KGemmOwn", "KGemmAmx"):
             built[c] = k.add(Node("Gemm", tuple(built[a] for a in n.children),
                                   gemm_views(n, bounds), f[0], k.nodes[built[n.children[0]]].dtype,
@@ -1096,7 +1105,7 @@ def seeds(space: SearchSpace, env: Mapping[str, int], genomes: Genomes | None = 
                     return float(n.op != ("EGemmOwn" if mine else "EGemm"))
                 return float((n.op == "ELoad") == inline(c)) if not n.op.startswith("EGemm") \
                     and n.op != "ERows" else 1.0
-            return 0.0
+            return float(n.op in SCHEDULED and n.fields[-1] != PAR_SEED)
         return cost
     return fused(-1.0), fused(1.0)
 

@@ -11,11 +11,12 @@ chokes the C compiler must not stall the search. A crash, a hang (past
 `Invalid`; otherwise the median of `trials` timed runs (after one warm-up run, which also
 computes what depends on weights alone: a program runs that once per binding) is
 `Measured`. Each candidate runs at each of a few sizes standing for its bucket (`envs`), its
-time the geometric mean over them. Profiling inputs are random (seeded by `options.seed`) at
-each size; `prepare` draws them, runs the oracle on them and stashes them in the
-sandbox (starting it), none of which needs the e-graph: CpuRuntime.compile runs it in a
-thread while the e-graph saturates in its worker process and the first candidate compiles;
-`tune` asks for it when the first candidate is ready to run.
+time the mean over them, each size weighted by its ratio (`_weighted`). Profiling inputs
+are random (seeded by `options.seed`) at each size; `prepare` draws them, runs the oracle
+on them and stashes them in the sandbox (starting it), none of which needs the e-graph:
+CpuRuntime.compile runs it in a thread while the e-graph saturates in its worker process
+and the first candidate compiles; `tune` asks for it when the first candidate is ready
+to run.
 """
 
 from __future__ import annotations
@@ -178,6 +179,15 @@ def _geomean(xs: Sequence[float]) -> float:
     return math.exp(statistics.fmean(math.log(max(x, 1e-9)) for x in xs))
 
 
+def _weighted(times: Sequence[float], share: Sequence[float]) -> float:
+    """The mean of `times` (one per size), each over its size's `share`: the geometric
+    mean to first order about the first candidate measured, so each size counts by its
+    ratio, and linear, so a program's kernels add up to it (a kernel 2x faster at the
+    smallest size and 1.6x slower at the largest is not judged faster unless it gains
+    there as much program time as it loses here)."""
+    return statistics.fmean(t / s for t, s in zip(times, share, strict=True))
+
+
 def timed(program: CompiledProgram, inputs: Sequence[np.ndarray], env: Mapping[str, int],
           trials: int, bound: float = math.inf) -> tuple[float, list[float]]:
     """Runs in the sandbox: the median seconds of `trials` runs after one warm-up, or the
@@ -253,8 +263,9 @@ def tune(graph: Graph, search: GeneticSearch | KernelSearch,
          profiling: Callable[[], Sequence[Profiling]]) -> tuple[CompiledProgram, Genome]:
     """The fastest correct program `search` finds, and its genome; `realize` compiles a
     genome; each candidate is checked and timed at each of `envs` (the sizes that stand
-    for its bucket), its time (and each kernel's) the geometric mean over them, so that
-    each size counts by its ratio; `profiling` gives the Profiling of each (called once,
+    for its bucket), its time (and each kernel's) the mean over them, each weighted by
+    the inverse of its time in the first candidate measured (`_weighted`), so that each
+    size counts by its ratio; `profiling` gives the Profiling of each (called once,
     when the first candidate has compiled)."""
     opts: CompileOptions = search.options
     prepared: list[Profiling] = []
@@ -305,7 +316,10 @@ def tune(graph: Graph, search: GeneticSearch | KernelSearch,
                     return Measured(seconds / share[e] if share else seconds)
                 times.append(seconds)
                 kernels.append(per_kernel)
-            seconds = _geomean(times)
+            if not share:  # the sizes' weights: the first candidate measured whole
+                g = _geomean(times)
+                share.extend(t / g if g > 0 else 1.0 for t in times)
+            seconds = _weighted(times, share)
             # checked where it would be the best (a wrong program never wins, and a slower
             # one costs no comparison with the oracle), or
             # always where the search keeps parts of candidates (KernelSearch)
@@ -322,11 +336,9 @@ def tune(graph: Graph, search: GeneticSearch | KernelSearch,
                     return Invalid(f"output {k} differs from the reference")
         except CandidateError as e:
             return Invalid(str(e))
-        if not share:  # (measured whole at every size)
-            share.extend(t / seconds if seconds > 0 else 1.0 for t in times)
         programs[genome_key(genome)] = program
         origin = getattr(program, "origin", {})
-        per_kernel = [_geomean(ts) for ts in zip(*kernels, strict=True)] \
+        per_kernel = [_weighted(ts, share) for ts in zip(*kernels, strict=True)] \
             if all(kernels) else []
         return Measured(seconds, tuple(
             KernelTime(k.name, *origin[k.node], t)
