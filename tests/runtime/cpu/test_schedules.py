@@ -1,14 +1,15 @@
 """A kernel's schedule is an e-graph alternative (lower_cpu.egg's `schedules` ruleset):
-every kernel that carries one (`kernels.SCHEDULED`) is offered with each of its values,
-the seeds' value first; codegen renders the chosen value and nothing else; and every
-schedule computes what the oracle computes, on either side of its threshold."""
+every kernel that carries one (`kernels.SCHEDULED`) is offered at each combination of its
+fields' values, lowering's first; codegen renders the chosen values and nothing else; the
+seeds pick what the rules of thumb did; and every schedule computes what the oracle
+computes, on either side of its threshold."""
 
 from __future__ import annotations
 
+import itertools
 import random
 import re
 
-import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -17,19 +18,29 @@ import lumos
 from lumos.egraph import build_spaces
 from lumos.runtime.cpu import build
 from lumos.runtime.cpu.codegen import generate
-from lumos.runtime.cpu.kernels import PAR_SEED, RULES, SCHEDULED, cpu_space, from_genome
+from lumos.runtime.cpu.kernels import (
+    PAR_SEED,
+    RULES,
+    SCHEDULED,
+    WIDE_LOWERED,
+    cpu_space,
+    from_genome,
+    seeds,
+)
 from lumos.runtime.cpu.tune import matches, profiling_inputs
 from lumos.runtime.reference import run_hlir
 from lumos.search import Genomes
+from lumos.search.genome import extract
 
 PARS = (PAR_SEED, 4096, 262144, 0, -1)
+SCHEDULES = tuple(itertools.product(PARS, (0, 1)))
 
 
-def norm_graph() -> lumos.Graph:
+def norm_graph(row: int = 48) -> lumos.Graph:
     """A row softmax and a residual over `n` rows: maps, both reductions and an output."""
     g = lumos.Graph()
     n = g.dim("n", 1, 4096)
-    x = g.tensor((n, 48), lumos.f32, "x")
+    x = g.tensor((n, row), lumos.f32, "x")
     y = (x - x.amax(1, keepdim=True)).exp()
     (y / y.sum(1, keepdim=True) + x * 0.5).output()
     return g
@@ -40,56 +51,75 @@ def space_of(g: lumos.Graph) -> lumos.egraph.SearchSpace:
     return cpu_space(space, g.dims)
 
 
-def with_par(space: lumos.egraph.SearchSpace, par: int) -> dict[int, int]:
-    """The unfused program with every scheduled kernel at `par`."""
+def scheduled(space: lumos.egraph.SearchSpace, schedule: tuple[int, int]) -> dict[int, int]:
+    """The unfused program with every scheduled kernel at `schedule` (par, wide)."""
     choice = {c: next((i for i, n in enumerate(alts)
-                       if n.op in SCHEDULED and n.fields[-1] == par), 0)
+                       if n.op in SCHEDULED and n.fields[-2:] == schedule), 0)
               for c, alts in enumerate(space.classes)}
     return Genomes(space).repair(choice, random.Random(0))
 
 
-def test_each_kernel_is_offered_every_schedule_the_seeds_first() -> None:
+def test_each_kernel_is_offered_every_schedule_lowerings_first() -> None:
     space = space_of(norm_graph())
     seen = set()
     for alts in space.classes:
         kernels = [n for n in alts if n.op in SCHEDULED]
         if not kernels:
             continue
-        assert alts[0].op in SCHEDULED and alts[0].fields[-1] == PAR_SEED
-        by_kernel: dict[tuple, list[int]] = {}
+        assert alts[0].op in SCHEDULED and alts[0].fields[-2:] == (PAR_SEED, WIDE_LOWERED)
+        by_kernel: dict[tuple, list[tuple]] = {}
         for n in kernels:
-            by_kernel.setdefault((n.op, n.fields[:-1], n.children), []).append(n.fields[-1])
-        for (op, _, _), pars in by_kernel.items():
-            assert sorted(pars) == sorted(PARS), (op, pars)  # no variant of a variant
+            by_kernel.setdefault((n.op, n.fields[:-2], n.children), []).append(n.fields[-2:])
+        for (op, _, _), schedules in by_kernel.items():
+            assert sorted(schedules) == sorted(SCHEDULES), op  # no variant of a variant
             seen.add(op)
     assert seen >= {"KMap", "KSumReduce", "KMaxReduce", "KOutput"}
 
 
-@pytest.mark.parametrize("par", PARS)
-def test_codegen_renders_the_schedule_it_is_given(par: int) -> None:
+@pytest.mark.parametrize("schedule", [(PAR_SEED, 0), (4096, 1), (0, 0), (-1, 1)])
+def test_codegen_renders_the_schedule_it_is_given(schedule: tuple[int, int]) -> None:
+    par, wide = schedule
     g = norm_graph()
     space = space_of(g)
-    kernels = from_genome(space, with_par(space, par), g.dims)
-    assert set(kernels.par.values()) == {par}
+    kernels = from_genome(space, scheduled(space, schedule), g.dims)
+    assert set(kernels.par.values()) == {par} and set(kernels.wide.values()) == {bool(wide)}
     units, _ = generate(kernels)
-    source = "\n".join(u if isinstance(u, str) else u[1] for u in units)
-    pragmas = re.findall(r"#pragma omp parallel.*", source)
+    defs = [u[1] for u in units if not isinstance(u, str)]
+    pragmas = re.findall(r"#pragma omp parallel.*", "\n".join(defs))
     if par < 0:
         assert not pragmas
     elif par == 0:
         assert pragmas and not any(" if(" in p for p in pragmas)
     else:
         assert pragmas and all(f">= {par})" in p for p in pragmas)
+    assert all(("LUMOS_WIDE void" in d) == bool(wide) for d in defs)
+
+
+@pytest.mark.parametrize("row", [48, 40, 300])
+def test_the_seeds_vectorize_as_the_rule_of_thumb_says(row: int) -> None:
+    """64 bytes wide where the rows (a reduction's: its reduced axis) hold a multiple of
+    16 floats, or at least 256."""
+    g = norm_graph(row)
+    space = space_of(g)
+    made = Genomes(space)
+    for cost in seeds(space, {"n": 64}, made, bounds=g.dims):
+        genome = made.preferring(cost, random.Random(0))
+        chosen = [n for _, n in extract(space, genome) if n.op in SCHEDULED]
+        assert chosen
+        for n in chosen:  # reductions over rows, outputs of rows, or a column (n, 1)
+            last = n.fields[0][-1]
+            wide = n.op.endswith("Reduce") or last.is_num and last.value == row
+            assert n.fields[-2:] == (PAR_SEED, int(wide and row != 40)), n
 
 
 @settings(max_examples=6, deadline=None)
-@given(par=st.sampled_from(PARS), n=st.sampled_from([1, 5, 87, 683, 3001]))
-def test_every_schedule_computes_what_the_oracle_does(par: int, n: int) -> None:
+@given(schedule=st.sampled_from(SCHEDULES), n=st.sampled_from([1, 5, 87, 683, 3001]))
+def test_every_schedule_computes_what_the_oracle_does(schedule: tuple[int, int],
+                                                      n: int) -> None:
     g = norm_graph()
     space = space_of(g)
-    program = build(from_genome(space, with_par(space, par), g.dims))
+    program = build(from_genome(space, scheduled(space, schedule), g.dims))
     data = profiling_inputs(g, {"n": n}, 0)
     got = program([data[name] for name in program.layout.input_names], {"n": n})
     for a, w, o in zip(got, run_hlir(g, data, {"n": n}), g.outputs, strict=True):
         assert matches(a, w, g.nodes[o].dtype)
-    assert np.isfinite(got[0]).all()

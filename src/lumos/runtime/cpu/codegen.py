@@ -33,7 +33,7 @@ import numpy as np
 
 from lumos.dtype import DType, bf16, f16, f32, from_numpy_value
 from lumos.graph import live_nodes
-from lumos.hlir import UNARY, Node
+from lumos.hlir import REDUCE, UNARY, Node
 from lumos.logs import enabled
 from lumos.runtime.cpu.cc import Unit, UnsupportedProgram, vector_bytes
 from lumos.runtime.cpu.kernels import (
@@ -56,10 +56,11 @@ from lumos.runtime.cpu.kernels import (
     packing,
     rows,
     tiles,
+    wide_seed,
     windows,
 )
 from lumos.shape import Expr, Num, Var, View, simplify, z
-from lumos.shape.expr import ONE, ZERO, nrange
+from lumos.shape.expr import ONE, ZERO
 from lumos.shape.view import numel
 
 _C = Path(__file__).with_name("c")  # the fixed C: prelude, own and AMX products, driver
@@ -83,11 +84,6 @@ SHORT_REDUCE = 16  # a reduction this short is written out, one step per element
 # a float maximum's step, NaN winning: written so that GCC makes it vmaxps and one select
 # of x where it is NaN (`x > a || x != x` takes two compares and a mask or)
 MAX_STEP = "{a} = {x} != {x} ? {x} : ({x} > {a} ? {x} : {a});"
-# a kernel whose output rows hold a multiple of this many elements, or at least
-# WIDE_MIN_ROW, has its loops vectorized 64 bytes wide (LUMOS_WIDE): GCC 12 vectorizes 32
-# bytes wide for a CPU it does not know, slower on long rows; but at 64 bytes a short row
-# leaves most of its elements to scalar code
-WIDE_LANES, WIDE_MIN_ROW = 16, 256
 # a reduction whose outputs each read their own row of an input (a matrix-vector product's
 # weights) prefetches the rows PREFETCH_BYTES ahead, the first PREFETCH_LINES cache lines of
 # each: rows of a few hundred bytes (a quantized matrix-vector product's) are too short for
@@ -1599,14 +1595,9 @@ def generate(g: Kernels, flush_denormals: bool = False, profile: bool = False,
         params = [f"{storage(n.dtype)} *restrict out"]
         params += [f"const {storage(nodes[j].dtype)} *restrict {a}" for j, a in gen.args.items()]
         signature = f"({', '.join(params)}, const int64_t *restrict dims)"
-        row = n.shape[-1] if n.shape else ONE
-        wide = row.is_num and (row.value % WIDE_LANES == 0 or row.value >= WIDE_MIN_ROW)
-        if n.op in ("SumReduce", "MaxReduce") and n.axis is not None:
-            # ... or whose reduced axis is (its vector loop, unless run outside the outputs')
-            length = gen.ren(_body_shape(g.bodies[i])[n.axis])
-            hi = nrange(length, gen.dim_bounds)[1]
-            wide = wide or length.is_num and length.value % WIDE_LANES == 0 or \
-                hi is not None and hi >= WIDE_MIN_ROW
+        wide = g.wide[i] if i in g.wide else wide_seed(  # (its schedule's, if it has one)
+            n.shape, _body_shape(g.bodies[i])[n.axis] if n.op in REDUCE and i in g.bodies
+            else None, g.dims)
         attrs = "__attribute__((weak)) LUMOS_WIDE" if wide else "__attribute__((weak))"
         text = signature + " {\n" + dim_decls + _indent(body) + "}\n"
         # named by content: equal kernels (layers, other programs) share one compiled object

@@ -43,10 +43,17 @@ LOWER = CORE + Rules.files(Path(__file__).with_name("lower_cpu.egg"),
 RULES = LOWER + Rules((), (Stage(saturate=("loads",)), Stage(
     bounded=("fuse",), saturate=("views", "loads"), rounds=FUSE_ROUNDS),
     Stage(saturate=("schedules",))))
-# the kernels that carry a schedule (their last field, lower_cpu.egg's `par`), and the
-# value lowering gives them: the seeds' (the schedules ruleset adds the others)
+# the kernels that carry a schedule (their last two fields, lower_cpu.egg's `par` and
+# `wide`), and the values lowering gives them (the schedules ruleset adds the others);
+# lowering's `par` is the seeds'
 SCHEDULED = frozenset({"KMap", "KSumReduce", "KMaxReduce", "KOutput"})
-PAR_SEED = 1 << 15
+PAR_SEED, WIDE_LOWERED = 1 << 15, 0
+# seeds (and kernels without a schedule): a kernel whose output rows hold a multiple of
+# WIDE_LANES elements, or at least WIDE_MIN_ROW, or a reduction whose reduced axis does,
+# is vectorized 64 bytes wide (`wide`): GCC 12 vectorizes 32 bytes wide for a CPU it does
+# not know, slower on long rows; but at 64 bytes a short row leaves most of its elements
+# to scalar code
+WIDE_LANES, WIDE_MIN_ROW = 16, 256
 ELEMENTWISE = (*UNARY, *BINARY, "Cast")
 BODY_OPS = (*ELEMENTWISE, "Select")  # (Select: an ESelect, inline only)
 EXECUTABLE = frozenset({"Root", "Input", "Constant", "Iota", "Gather", "Scatter", "KMap", "KCopy",
@@ -509,6 +516,7 @@ class Kernels:
     own: set[int] = field(default_factory=set)  # Gemm nodes run by lumos_gemm_own
     amx: set[int] = field(default_factory=set)  # ... by lumos_gemm_amx (bf16x3)
     par: dict[int, int] = field(default_factory=dict)  # kernel -> its schedule's `par`
+    wide: dict[int, bool] = field(default_factory=dict)  # ... and `wide`
     # decoded from a genome: node -> (the e-class it writes, the e-classes its code is from)
     origin: dict[int, tuple[int, frozenset[int]]] = field(default_factory=dict)
 
@@ -631,7 +639,7 @@ def cpu_space(space: SearchSpace, bounds: Mapping | None = None, amx: bool = Fal
     s = SearchSpace([[n for n in c if ok(n)] for c in space.classes], space.root,
                     space.class_keys)
     s = restrict(s, EXECUTABLE, "cpu")
-    later = lambda n: (n.op in SCHEDULED and n.fields[-1] != PAR_SEED,  # noqa: E731
+    later = lambda n: (n.op in SCHEDULED and n.fields[-2:] != (PAR_SEED, WIDE_LOWERED),  # noqa: E731
                        n.op.startswith("KGemm") or n.op.startswith("E") and n.op != "ELoad",
                        n.op.endswith(("Own", "Amx")))  # (OpenBLAS first; schedules last)
     return SearchSpace([sorted(c, key=later) for c in s.classes], s.root, s.class_keys)
@@ -714,7 +722,7 @@ def from_genome(space: SearchSpace, choice: Mapping[int, int] | Sequence[int],
                                   axis=f[1] if op in REDUCE else None,
                                   persist=f[1] if op == "Output" else False), b)
             if n.op in SCHEDULED:
-                k.par[built[c]] = f[-1]
+                k.par[built[c]], k.wide[built[c]] = f[-2], bool(f[-1])
         elif n.op in ("KGemm", "KGemmOwn", "KGemmAmx"):
             built[c] = k.add(Node("Gemm", tuple(built[a] for a in n.children),
                                   gemm_views(n, bounds), f[0], k.nodes[built[n.children[0]]].dtype,
@@ -806,8 +814,23 @@ AMX_MIN_MACS = 1 << 18
 NARROW_INTS = frozenset({"i8", "u8", "i16"})  # (seeds: a weight's value stored as such)
 
 
+def wide_seed(shape: Sequence[Expr], length: Expr | None, bounds: Mapping) -> bool:
+    """Whether a kernel of output `shape` (a reduction: over an axis of `length`) is
+    vectorized 64 bytes wide by the rule of thumb (WIDE_LANES, WIDE_MIN_ROW) under the
+    dims' `bounds`: the seeds' choice, and that of a kernel without a schedule."""
+    row = shape[-1] if shape else ONE
+    if row.is_num and (row.value % WIDE_LANES == 0 or row.value >= WIDE_MIN_ROW):
+        return True
+    if length is None:
+        return False
+    hi = nrange(length, bounds)[1]
+    return length.is_num and length.value % WIDE_LANES == 0 or \
+        hi is not None and hi >= WIDE_MIN_ROW
+
+
 def seeds(space: SearchSpace, env: Mapping[str, int], genomes: Genomes | None = None,
-          weights: frozenset[str] = frozenset()) -> tuple[Cost, Cost]:
+          weights: frozenset[str] = frozenset(),
+          bounds: Mapping[str, tuple[int, int | None]] | None = None) -> tuple[Cost, Cost]:
     """Rules of thumb for the search's first genomes (Genomes.preferring). Inline an
     elementwise producer into a kernel reading it unless that kernel reads it through a
     broadcast (every element computed again per broadcast step) or the producer has
@@ -836,8 +859,11 @@ def seeds(space: SearchSpace, env: Mapping[str, int], genomes: Genomes | None = 
     is stored, not inlined: its kernel runs once per binding (codegen.generate), its
     readers read a byte an element instead of unpacking bits; what such kernels alone
     read is inlined into them (run once, it would only take memory stored).
-    `env` gives the dims' sizes; `genomes`, the space's Genomes if the caller made one.
+    Each kernel's schedule: `par` as lowered (PAR_SEED), 64-byte vectors by `wide_seed`.
+    `env` gives the dims' sizes, `bounds` their ranges; `genomes`, the space's Genomes if
+    the caller made one.
     The search times the seeds like any other candidate."""
+    bounds = bounds or {}
     parents: dict[int, list[tuple[int, ENode]]] = {}  # class -> (class, node) using it
     for i, nodes in enumerate(space.classes):
         for n in nodes:
@@ -1071,6 +1097,14 @@ def seeds(space: SearchSpace, env: Mapping[str, int], genomes: Genomes | None = 
         return any(_numel(compose(m.fields[0], sizes).shape, env) * 2 <= _numel(k.fields[0], env)
                    for ld in loaded.get(p, []) for m in space.classes[ld] if m.op == "ERows")
 
+    def wide(n: ENode) -> bool:  # (WIDE_LANES, WIDE_MIN_ROW)
+        length = None
+        if n.op in ("KSumReduce", "KMaxReduce"):
+            root = space.classes[n.children[0]][0]
+            length = compose(root.fields[0 if root.op.startswith("EGemm") else -1],
+                             {}).shape[n.fields[1]]
+        return wide_seed(n.fields[0], length, bounds)
+
     def copied(n: ENode) -> bool:  # a product of a factor copied first (KCopy)
         return any(m.op == "KCopy" for ch in n.children for m in space.classes[ch])
 
@@ -1105,7 +1139,9 @@ def seeds(space: SearchSpace, env: Mapping[str, int], genomes: Genomes | None = 
                     return float(n.op != ("EGemmOwn" if mine else "EGemm"))
                 return float((n.op == "ELoad") == inline(c)) if not n.op.startswith("EGemm") \
                     and n.op != "ERows" else 1.0
-            return float(n.op in SCHEDULED and n.fields[-1] != PAR_SEED)
+            if n.op in SCHEDULED:
+                return float(n.fields[-2] != PAR_SEED) + float(bool(n.fields[-1]) != wide(n))
+            return 0.0
         return cost
     return fused(-1.0), fused(1.0)
 

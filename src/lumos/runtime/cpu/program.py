@@ -337,7 +337,8 @@ class CpuRuntime:
                     searches.append(None)
                     continue
                 made = Genomes(space)  # (one ranking for the seeds and the search)
-                ranks = [r for env in sizes[k] for r in seeds(space, env, made, weights)] \
+                ranks = [r for env in sizes[k]
+                         for r in seeds(space, env, made, weights, graph.dims)] \
                     if opts.seeds else ()
                 store = Verdicts(measured_under(sizes[k])) if opts.cache else None
                 search = KernelSearch(space, opts, genomes=made, seeds=ranks,
