@@ -32,7 +32,7 @@ from lumos.runtime.reference import run_hlir
 from lumos.search import Genomes
 from lumos.search.genome import extract
 
-PARS = (PAR_SEED, 4096, 262144, 0, -1)
+PARS = (PAR_SEED, 0, -1)
 SCHEDULES = tuple(itertools.product(PARS, (0, 1)))
 
 
@@ -76,7 +76,7 @@ def test_each_kernel_is_offered_every_schedule_lowerings_first() -> None:
     assert seen >= {"KMap", "KSumReduce", "KMaxReduce", "KOutput"}
 
 
-@pytest.mark.parametrize("schedule", [(PAR_SEED, 0), (4096, 1), (0, 0), (-1, 1)])
+@pytest.mark.parametrize("schedule", [(PAR_SEED, 0), (PAR_SEED, 1), (0, 0), (-1, 1)])
 def test_codegen_renders_the_schedule_it_is_given(schedule: tuple[int, int]) -> None:
     par, wide = schedule
     g = norm_graph()
