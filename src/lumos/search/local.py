@@ -27,8 +27,9 @@ noise: `NOISE_NEAR`, `NOISE_QUANTILE`), the old times scaled by how those drifte
 kept: the incumbent takes its choices. A move that gained less than the noise is judged
 once more in a later candidate.
 
-A candidate that fails (Rejected: its code would not compile; Invalid: it ran wrong) is
-tried again in halves, until the move that failed it stands alone and is rejected.
+A candidate that fails (Rejected: its code would not compile; Invalid: it ran wrong), or
+whose run was cut short (far slower than the incumbent: no kernel times), is tried again
+in halves, until the move that failed it stands alone and is rejected.
 
 A move is known by its signature: the code (keys) of the kernels it touches, where in its
 kernel the class lies, and the e-node it picks. A verdict holds for every move of that
@@ -222,11 +223,15 @@ class KernelSearch:
                 self._kernels = {(k.root, k.key): k for k in outcome.kernels}
                 self._first = (outcome.seconds, dict(genome))
             return
-        if not isinstance(outcome, Measured) and len(moves) > 1:  # which move failed it?
+        # a run cut short (Measured without the kernels' times that the incumbent's had:
+        # past the bound) or failed: which move did it?
+        cut = isinstance(outcome, Measured) and not outcome.kernels and bool(self._kernels)
+        if (cut or not isinstance(outcome, Measured)) and len(moves) > 1:
             half = len(moves) // 2
             self._retry += [moves[half:], moves[:half]]
             log("search", f"candidate {self.generation}: {len(moves)} moves "
-                          f"{type(outcome).__name__}; tried again in halves")
+                          f"{'cut short' if cut else type(outcome).__name__}; "
+                          "tried again in halves")
             return
         self.tried += len(moves)
         if not isinstance(outcome, Measured) or not outcome.kernels:
