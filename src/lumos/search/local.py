@@ -339,7 +339,10 @@ class KernelSearch:
 
     def _propose(self) -> list[Move]:
         """A batch of moves on disjoint kernels: those of signatures kept elsewhere first,
-        then untried ones."""
+        then untried ones. The variants of an e-node (same op and children, other fields:
+        a kernel's schedules) are moves once it is chosen; from another e-node, only its
+        first variant is (coordinate descent: a class of k e-nodes of v variants each
+        costs k + v moves, not k * v, and a hopeless kernel is timed once, not v times)."""
         assert self.incumbent is not None
         g, nodes = self.incumbent, self.space.classes
         by_class, by_root, order = self._layout()
@@ -350,9 +353,14 @@ class KernelSearch:
             if len(alts) < 2 or c not in by_class:
                 continue
             home = by_class[c][0]
+            first: dict[tuple, int] = {}  # (op, children) -> its first alternative
             for j in alts:
-                if j == choice:
-                    continue
+                first.setdefault((nodes[c][j].op, nodes[c][j].children), j)
+            mine = (nodes[c][choice].op, nodes[c][choice].children)
+            for j in alts:
+                shape = (nodes[c][j].op, nodes[c][j].children)
+                if j == choice or shape != mine and first[shape] != j:
+                    continue  # (another variant of another e-node: once that is chosen)
                 touched = set(by_class[c])
                 for n in (nodes[c][choice], nodes[c][j]):
                     touched.update(by_root[p] for p in n.children if p in by_root)

@@ -190,21 +190,18 @@ def _weighted(times: Sequence[float], share: Sequence[float]) -> float:
 
 def timed(program: CompiledProgram, inputs: Sequence[np.ndarray], env: Mapping[str, int],
           trials: int, bound: float = math.inf) -> tuple[float, list[float]]:
-    """Runs in the sandbox: the median seconds of `trials` runs after a warm-up, or the
-    warm-up's seconds if they exceed `bound` twice in a row (the candidate has lost); a
-    warm-up stops after the kernel that passes `bound` (a losing candidate's whole run can
-    take many times the best one's). And, of a profiled program, each kernel's least seconds over
+    """Runs in the sandbox: the median seconds of `trials` runs after one warm-up, or the
+    warm-up's seconds if they exceed `bound` (the candidate has lost); the warm-up stops
+    after the kernel that passes `bound` (a losing candidate's whole run can take many
+    times the best one's). And, of a profiled program, each kernel's least seconds over
     the trials (what else runs on the machine only ever adds time; none when the warm-up
     stopped it)."""
     outs = [np.empty(program.shape(b, env), b.dtype.np) for b in program.layout.outputs]
     statics = Statics()  # (the kernels of weights alone run in the warm-up, untimed)
-    for _ in range(2):  # (a first run pays for first touches: a fast program's can
-        t = time.perf_counter()  # take 10x its later runs, and it would always lose)
-        program.run(inputs, env, outs, budget=bound if math.isfinite(bound) else None,
-                    statics=statics)
-        if (warm := time.perf_counter() - t) <= bound:
-            break
-    else:
+    t = time.perf_counter()
+    program.run(inputs, env, outs, budget=bound if math.isfinite(bound) else None,
+                statics=statics)
+    if (warm := time.perf_counter() - t) > bound:
         return warm, []
     times, kernels = [], []
     for _ in range(trials):
@@ -316,7 +313,8 @@ def tune(graph: Graph, search: GeneticSearch | KernelSearch,
                 seconds, per_kernel = sandbox.run(timed, program, inputs, dict(env),
                                                   opts.trials, cap, timeout=limit)
                 if seconds > cap:  # it has lost: its time here, as a whole's
-                    log("search", f"candidate cut short at {dict(env)}: {seconds:.3g} s, "
+                    log("search", f"candidate cut short at {dict(env)} ({program.source}): "
+                                  f"{seconds:.3g} s, "
                                   f"more than {cap:.3g} s")
                     return Measured(seconds / share[e] if share else seconds)
                 times.append(seconds)
