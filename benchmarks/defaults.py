@@ -1,8 +1,9 @@
 """Benchmark: what `g.compile(CpuRuntime())` gives with no options at all, against numpy in
 the same process: the demo's attention block (`lumos.demo.build`, d=384, 6 heads, s
-declared in 1..512 with no buckets: one compile, run at s = 1, 128 and 512), and a
-1024^3 matrix product. Each compile is cold (a fresh LUMOS_CACHE); its seconds are
-reported beside the times, and the sizes its search timed at. Targets (issue 42): the
+declared in 1..512 with no buckets: one compile, run at s = 1, 128 and 512), a 1024^3
+matrix product, and a small graph (a product, a layer norm, an epilogue: 64x96). Each
+compile is cold (a fresh LUMOS_CACHE); its seconds are reported beside the times, and
+the sizes its search timed at. Targets (issue 42): the
 block >= 1.5x numpy at 128 and 512, >= 1.0x at 1; the product >= 0.9x numpy.
 
     env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE .venv/bin/python benchmarks/defaults.py
@@ -51,6 +52,22 @@ def matmul(n: int, rng: np.random.Generator
     return g, out, [("", {a: da, b: db}, lambda: da @ db)]
 
 
+def small(rng: np.random.Generator
+          ) -> tuple[lumos.Graph, Any, list[tuple[str, dict[str, Any], Callable[[], object]]]]:
+    """relu(layer_norm(x @ w)) * 2 + 1, x (64, 96), w (96, 96): a graph of a few kernels of
+    tens of microseconds, where the search's minute is mostly candidates' overheads."""
+    g = lumos.Graph()
+    x, w = g.tensor((64, 96), name="x"), g.tensor((96, 96), name="w")
+    out = (lumos.layer_norm(x @ w, (96,)).relu() * 2 + 1).output()
+    dx, dw = rng.standard_normal((64, 96), np.float32), rng.standard_normal((96, 96), np.float32)
+
+    def peer() -> np.ndarray:
+        z = dx @ dw
+        z = (z - z.mean(-1, keepdims=True)) / np.sqrt(z.var(-1, keepdims=True) + 1e-5)
+        return np.maximum(z, 0) * 2 + 1
+    return g, out, [("", {x: dx, w: dw}, peer)]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--options", default="", help="CompileOptions fields as JSON (default: none)")
@@ -59,7 +76,8 @@ def main() -> None:
     fields = json.loads(args.options) if args.options else None
     rng = np.random.default_rng(0)
     cases = {"attention block d=384 h=6": block(384, 6, [1, 128, 512], rng),
-             "matmul 1024^3": matmul(1024, rng)}
+             "matmul 1024^3": matmul(1024, rng),
+             "small: relu(layer_norm(x@w)) 64x96": small(rng)}
     print(f"OpenBLAS {openblas_core()}; options {fields or 'none'}; cold compiles")
     rows = []
     tmp = tempfile.TemporaryDirectory(prefix="defaults-")  # (the kernels load from it)
