@@ -10,7 +10,8 @@ import lumos.runtime.cpu.codegen as codegen
 import lumos.runtime.cpu.kernels as kernels
 
 # the value of a schedule field for kernels that carry none (products, copies, gathers)
-SCHEDULE_DEFAULTS = {"codegen": {"PARALLEL_MIN"}, "kernels": {"PAR_SEED", "WIDE_LOWERED"}}
+SCHEDULE_DEFAULTS = {"codegen": {"PARALLEL_MIN", "PREFETCH_BYTES"},
+                     "kernels": {"PAR_SEED", "WIDE_LOWERED", "AHEAD_SEED"}}
 # rules of thumb of the seeds (kernels.seeds): they rank generation 0 and nothing else
 SEED_WEIGHTS = {"kernels": {"AMX_MIN_MACS", "DUPLICATE_OPS", "OWN_MAX_B_BYTES",
                             "OWN_MIN_COLUMNS", "PACK_MIN_BYTES", "PACK_RELU_MIN_BYTES",
@@ -24,7 +25,7 @@ FORMATS = {"codegen": {"STATIC_HEADER", "DRIVER_PART"}, "kernels": {"FUSE_ROUNDS
 # field (blocks, tiles, bands, packs, prefetch, how a reduction accumulates) or a rule
 # (ROWS_MAX_M: also templated into the fixed C of lumos_gemm_own)
 DEBT = {"codegen": {"BAND_FLOATS", "BLOCK", "MAX_LANES", "MAX_UNROLL", "OUTER_BLOCK",
-                    "PACK_FLOATS", "PACK_MIN_WIDTH", "PREFETCH_BYTES", "PREFETCH_LINES",
+                    "PACK_FLOATS", "PACK_MIN_WIDTH", "PREFETCH_LINES",
                     "PREFETCH_MIN_ROW", "REDUCE_BLOCK", "REDUCE_BLOCK_MIN_LENGTH",
                     "ROWS_MAX_M", "SHORT_REDUCE", "TILES", "TILE_FLOATS"},
         "kernels": {"SHORT_AXIS"}}

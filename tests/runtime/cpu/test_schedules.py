@@ -19,12 +19,14 @@ from lumos.egraph import build_spaces
 from lumos.runtime.cpu import build
 from lumos.runtime.cpu.codegen import generate
 from lumos.runtime.cpu.kernels import (
+    AHEAD_SEED,
     PAR_SEED,
     RULES,
     SCHEDULED,
-    WIDE_LOWERED,
     cpu_space,
     from_genome,
+    lowered,
+    schedule,
     seeds,
 )
 from lumos.runtime.cpu.tune import matches, profiling_inputs
@@ -33,7 +35,8 @@ from lumos.search import Genomes
 from lumos.search.genome import extract
 
 PARS = (PAR_SEED, 0, -1)
-SCHEDULES = tuple(itertools.product(PARS, (0, 1)))
+AHEADS = (AHEAD_SEED, 0, 4096)
+SCHEDULES = tuple(itertools.product(PARS, (0, 1), AHEADS))  # (a sum's; the others: par, wide)
 
 
 def norm_graph(row: int = 48) -> lumos.Graph:
@@ -51,10 +54,11 @@ def space_of(g: lumos.Graph) -> lumos.egraph.SearchSpace:
     return cpu_space(space, g.dims)
 
 
-def scheduled(space: lumos.egraph.SearchSpace, schedule: tuple[int, int]) -> dict[int, int]:
-    """The unfused program with every scheduled kernel at `schedule` (par, wide)."""
-    choice = {c: next((i for i, n in enumerate(alts)
-                       if n.op in SCHEDULED and n.fields[-2:] == schedule), 0)
+def scheduled(space: lumos.egraph.SearchSpace, values: tuple[int, ...]) -> dict[int, int]:
+    """The unfused program with every scheduled kernel at `values` (par, wide, ahead: as
+    many as it has)."""
+    choice = {c: next((i for i, n in enumerate(alts) if n.op in SCHEDULED and
+                       schedule(n) == values[:len(schedule(n))]), 0)
               for c, alts in enumerate(space.classes)}
     return Genomes(space).repair(choice, random.Random(0))
 
@@ -66,22 +70,24 @@ def test_each_kernel_is_offered_every_schedule_lowerings_first() -> None:
         kernels = [n for n in alts if n.op in SCHEDULED]
         if not kernels:
             continue
-        assert alts[0].op in SCHEDULED and alts[0].fields[-2:] == (PAR_SEED, WIDE_LOWERED)
+        assert alts[0].op in SCHEDULED and schedule(alts[0]) == lowered(alts[0].op)
         by_kernel: dict[tuple, list[tuple]] = {}
         for n in kernels:
-            by_kernel.setdefault((n.op, n.fields[:-2], n.children), []).append(n.fields[-2:])
-        for (op, _, _), schedules in by_kernel.items():
-            assert sorted(schedules) == sorted(SCHEDULES), op  # no variant of a variant
+            own = n.fields[:SCHEDULED[n.op]]
+            by_kernel.setdefault((n.op, own, n.children), []).append(schedule(n))
+        for (op, _, _), schedules in by_kernel.items():  # (no variant of a variant)
+            want = {v[:len(lowered(op))] for v in SCHEDULES}
+            assert sorted(schedules) == sorted(want), op
             seen.add(op)
     assert seen >= {"KMap", "KSumReduce", "KMaxReduce", "KOutput"}
 
 
-@pytest.mark.parametrize("schedule", [(PAR_SEED, 0), (PAR_SEED, 1), (0, 0), (-1, 1)])
-def test_codegen_renders_the_schedule_it_is_given(schedule: tuple[int, int]) -> None:
-    par, wide = schedule
+@pytest.mark.parametrize("values", [(PAR_SEED, 0), (PAR_SEED, 1), (0, 0), (-1, 1)])
+def test_codegen_renders_the_schedule_it_is_given(values: tuple[int, int]) -> None:
+    par, wide = values
     g = norm_graph()
     space = space_of(g)
-    kernels = from_genome(space, scheduled(space, schedule), g.dims)
+    kernels = from_genome(space, scheduled(space, values + (AHEAD_SEED,)), g.dims)
     assert set(kernels.par.values()) == {par} and set(kernels.wide.values()) == {bool(wide)}
     units, _ = generate(kernels)
     defs = [u[1] for u in units if not isinstance(u, str)]
@@ -109,16 +115,37 @@ def test_the_seeds_vectorize_as_the_rule_of_thumb_says(row: int) -> None:
         for n in chosen:  # reductions over rows, outputs of rows, or a column (n, 1)
             last = n.fields[0][-1]
             wide = n.op.endswith("Reduce") or last.is_num and last.value == row
-            assert n.fields[-2:] == (PAR_SEED, int(wide and row != 40)), n
+            assert schedule(n)[:2] == (PAR_SEED, int(wide and row != 40)), n
+            assert schedule(n)[2:] in ((), (AHEAD_SEED,)), n
+
+
+@pytest.mark.parametrize("ahead", AHEADS)
+def test_a_matrix_vector_product_prefetches_its_rows_as_far_as_its_schedule_says(
+        ahead: int) -> None:
+    g = lumos.Graph()
+    w, x = g.tensor((256, 64), lumos.f32, "w"), g.tensor((64,), lumos.f32, "x")
+    (w * x).sum(1).output()
+    space = space_of(g)
+    kernels = from_genome(space, scheduled(space, (PAR_SEED, 0, ahead)), g.dims)
+    assert set(kernels.ahead.values()) == {ahead}
+    units, _ = generate(kernels)
+    lines = re.findall(r"__builtin_prefetch\(.*\);", "\n".join(
+        u[1] for u in units if not isinstance(u, str)))
+    if ahead == 0:
+        assert not lines
+    else:  # rows of 256 bytes: `ahead` bytes are ahead / 256 rows of 64 floats; each row's
+        first = ahead // 256 * 64  # 4 cache lines (+ 1) of 16 floats
+        assert [int(x) for x in re.findall(r"\+ (\d+)\);", "\n".join(lines))] == \
+            [first + 16 * k for k in range(5)], lines
 
 
 @settings(max_examples=6, deadline=None)
-@given(schedule=st.sampled_from(SCHEDULES), n=st.sampled_from([1, 5, 87, 683, 3001]))
-def test_every_schedule_computes_what_the_oracle_does(schedule: tuple[int, int],
+@given(values=st.sampled_from(SCHEDULES), n=st.sampled_from([1, 5, 87, 683, 3001]))
+def test_every_schedule_computes_what_the_oracle_does(values: tuple[int, ...],
                                                       n: int) -> None:
     g = norm_graph()
     space = space_of(g)
-    program = build(from_genome(space, scheduled(space, schedule), g.dims))
+    program = build(from_genome(space, scheduled(space, values), g.dims))
     data = profiling_inputs(g, {"n": n}, 0)
     got = program([data[name] for name in program.layout.input_names], {"n": n})
     for a, w, o in zip(got, run_hlir(g, data, {"n": n}), g.outputs, strict=True):

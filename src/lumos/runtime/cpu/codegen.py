@@ -85,9 +85,10 @@ SHORT_REDUCE = 16  # a reduction this short is written out, one step per element
 # of x where it is NaN (`x > a || x != x` takes two compares and a mask or)
 MAX_STEP = "{a} = {x} != {x} ? {x} : ({x} > {a} ? {x} : {a});"
 # a reduction whose outputs each read their own row of an input (a matrix-vector product's
-# weights) prefetches the rows PREFETCH_BYTES ahead, the first PREFETCH_LINES cache lines of
-# each: rows of a few hundred bytes (a quantized matrix-vector product's) are too short for
-# the hardware prefetcher, which waits for misses
+# weights) prefetches the rows its schedule's `ahead` bytes ahead (Kernels.ahead; one
+# without: PREFETCH_BYTES), the first PREFETCH_LINES cache lines of each: rows of a few
+# hundred bytes (a quantized matrix-vector product's) are too short for the hardware
+# prefetcher, which waits for misses
 PREFETCH_BYTES, PREFETCH_LINES, PREFETCH_MIN_ROW = 1024, 16, 32
 
 PRELUDE = (_C / "prelude.h").read_text().replace("@TILES@", str(TILES))
@@ -344,6 +345,7 @@ class _Codegen:
         self.band_reads: list[tuple[int, int]] = []  # per kernel: (step, offset) of each read
         self.windows_made: dict[Node, _WindowsCode] = {}  # per kernel: their code
         self.par = PARALLEL_MIN  # per kernel: its schedule's threading (Kernels.par)
+        self.ahead = PREFETCH_BYTES  # ... and how far ahead it prefetches rows
 
     def _name(self) -> str:
         self._count += 1
@@ -689,6 +691,7 @@ class _Codegen:
     def kernel(self, i: int) -> list[str]:
         """The loops computing node `i` into `out` (parameters collected in self.args)."""
         self.par = self.g.par.get(i, PARALLEL_MIN)
+        self.ahead = self.g.ahead.get(i, PREFETCH_BYTES)
         return self._kernel(self.g.nodes[i], self.g.bodies.get(i), self.g.packs.get(i),
                             i in self.g.own, i in self.g.amx)
 
@@ -1108,7 +1111,7 @@ class _Codegen:
         linear in the output's innermost variable); called after the body is generated,
         so that every input it names is already an argument."""
         v, rows = sc.var, []
-        if v is None:
+        if v is None or self.ahead <= 0:
             return []
         for x in body_loads(b):
             n = self.g.nodes[x.src]
@@ -1125,7 +1128,7 @@ class _Codegen:
             if row >= PREFETCH_MIN_ROW:
                 rows.append((x.src, start, step.value, row))
         rows = list(dict.fromkeys(rows))
-        ahead = -(-PREFETCH_BYTES // max(sum(r[3] for r in rows), 1))  # rows ahead
+        ahead = -(-self.ahead // max(sum(r[3] for r in rows), 1))  # rows ahead
         lines = []
         for j, start, step, row in rows:
             elems = 512 // self.g.nodes[j].dtype.bits  # elements per 64-byte line

@@ -43,11 +43,11 @@ LOWER = CORE + Rules.files(Path(__file__).with_name("lower_cpu.egg"),
 RULES = LOWER + Rules((), (Stage(saturate=("loads",)), Stage(
     bounded=("fuse",), saturate=("views", "loads"), rounds=FUSE_ROUNDS),
     Stage(saturate=("schedules",))))
-# the kernels that carry a schedule (their last two fields, lower_cpu.egg's `par` and
-# `wide`), and the values lowering gives them (the schedules ruleset adds the others);
-# lowering's `par` is the seeds'
-SCHEDULED = frozenset({"KMap", "KSumReduce", "KMaxReduce", "KOutput"})
-PAR_SEED, WIDE_LOWERED = 1 << 15, 0
+# the kernels that carry a schedule: its first field's index (lower_cpu.egg: `par`,
+# `wide`, and a sum's `ahead`), and the values lowering gives them (the schedules ruleset
+# adds the others); lowering's `par` and `ahead` are the seeds'
+SCHEDULED = {"KMap": 1, "KSumReduce": 2, "KMaxReduce": 2, "KOutput": 2}
+PAR_SEED, WIDE_LOWERED, AHEAD_SEED = 1 << 15, 0, 1024
 # seeds (and kernels without a schedule): a kernel whose output rows hold a multiple of
 # WIDE_LANES elements, or at least WIDE_MIN_ROW, or a reduction whose reduced axis does,
 # is vectorized 64 bytes wide (`wide`): GCC 12 vectorizes 32 bytes wide for a CPU it does
@@ -516,7 +516,8 @@ class Kernels:
     own: set[int] = field(default_factory=set)  # Gemm nodes run by lumos_gemm_own
     amx: set[int] = field(default_factory=set)  # ... by lumos_gemm_amx (bf16x3)
     par: dict[int, int] = field(default_factory=dict)  # kernel -> its schedule's `par`
-    wide: dict[int, bool] = field(default_factory=dict)  # ... and `wide`
+    wide: dict[int, bool] = field(default_factory=dict)  # ... `wide`
+    ahead: dict[int, int] = field(default_factory=dict)  # ... and a sum's `ahead`
     # decoded from a genome: node -> (the e-class it writes, the e-classes its code is from)
     origin: dict[int, tuple[int, frozenset[int]]] = field(default_factory=dict)
 
@@ -639,7 +640,7 @@ def cpu_space(space: SearchSpace, bounds: Mapping | None = None, amx: bool = Fal
     s = SearchSpace([[n for n in c if ok(n)] for c in space.classes], space.root,
                     space.class_keys)
     s = restrict(s, EXECUTABLE, "cpu")
-    later = lambda n: (n.op in SCHEDULED and n.fields[-2:] != (PAR_SEED, WIDE_LOWERED),  # noqa: E731
+    later = lambda n: (n.op in SCHEDULED and schedule(n) != lowered(n.op),  # noqa: E731
                        n.op.startswith("KGemm") or n.op.startswith("E") and n.op != "ELoad",
                        n.op.endswith(("Own", "Amx")))  # (OpenBLAS first; schedules last)
     return SearchSpace([sorted(c, key=later) for c in s.classes], s.root, s.class_keys)
@@ -722,7 +723,10 @@ def from_genome(space: SearchSpace, choice: Mapping[int, int] | Sequence[int],
                                   axis=f[1] if op in REDUCE else None,
                                   persist=f[1] if op == "Output" else False), b)
             if n.op in SCHEDULED:
-                k.par[built[c]], k.wide[built[c]] = f[-2], bool(f[-1])
+                par, wide, *ahead = schedule(n)
+                k.par[built[c]], k.wide[built[c]] = par, bool(wide)
+                if ahead:
+                    k.ahead[built[c]] = ahead[0]
         elif n.op in ("KGemm", "KGemmOwn", "KGemmAmx"):
             built[c] = k.add(Node("Gemm", tuple(built[a] for a in n.children),
                                   gemm_views(n, bounds), f[0], k.nodes[built[n.children[0]]].dtype,
@@ -814,6 +818,17 @@ AMX_MIN_MACS = 1 << 18
 NARROW_INTS = frozenset({"i8", "u8", "i16"})  # (seeds: a weight's value stored as such)
 
 
+def schedule(n: ENode) -> tuple:
+    """A scheduled kernel's schedule fields: (par, wide) and a sum's ahead."""
+    return n.fields[SCHEDULED[n.op]:]
+
+
+def lowered(op: str) -> tuple:
+    """The schedule lowering gives kernels of `op`."""
+    return (PAR_SEED, WIDE_LOWERED, AHEAD_SEED) if op == "KSumReduce" else \
+        (PAR_SEED, WIDE_LOWERED)
+
+
 def wide_seed(shape: Sequence[Expr], length: Expr | None, bounds: Mapping) -> bool:
     """Whether a kernel of output `shape` (a reduction: over an axis of `length`) is
     vectorized 64 bytes wide by the rule of thumb (WIDE_LANES, WIDE_MIN_ROW) under the
@@ -859,7 +874,7 @@ def seeds(space: SearchSpace, env: Mapping[str, int], genomes: Genomes | None = 
     is stored, not inlined: its kernel runs once per binding (codegen.generate), its
     readers read a byte an element instead of unpacking bits; what such kernels alone
     read is inlined into them (run once, it would only take memory stored).
-    Each kernel's schedule: `par` as lowered (PAR_SEED), 64-byte vectors by `wide_seed`.
+    Each kernel's schedule: `par` and `ahead` as lowered, 64-byte vectors by `wide_seed`.
     `env` gives the dims' sizes, `bounds` their ranges; `genomes`, the space's Genomes if
     the caller made one.
     The search times the seeds like any other candidate."""
@@ -1140,7 +1155,9 @@ def seeds(space: SearchSpace, env: Mapping[str, int], genomes: Genomes | None = 
                 return float((n.op == "ELoad") == inline(c)) if not n.op.startswith("EGemm") \
                     and n.op != "ERows" else 1.0
             if n.op in SCHEDULED:
-                return float(n.fields[-2] != PAR_SEED) + float(bool(n.fields[-1]) != wide(n))
+                par, w, *ahead = schedule(n)
+                return float(par != PAR_SEED) + float(bool(w) != wide(n)) + \
+                    float(ahead != [AHEAD_SEED] and n.op == "KSumReduce")
             return 0.0
         return cost
     return fused(-1.0), fused(1.0)
