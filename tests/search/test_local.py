@@ -109,6 +109,29 @@ def test_a_run_cut_short_is_tried_again_in_halves():
     assert search.stop_reason == "no move left to try"
 
 
+def test_an_e_nodes_variants_are_moves_once_it_is_chosen():
+    """Each of 6 kernels is one of two e-nodes (ops KA, KB: other code), each at 4 variants
+    (fields: a schedule). From KA the search proposes KA's other variants and KB's first
+    only (k + v moves, not k * v); it still reaches the best variant of the better e-node
+    (coordinate descent: here KB at its first variant is already faster than any KA)."""
+    spec: dict = {"out": [alt("Output", *[f"c{i}" for i in range(6)])]}
+    for i in range(6):
+        spec[f"c{i}"] = [alt(op, fields=(i, v)) for op in ("KA", "KB") for v in range(4)]
+    space = make_space(spec, "out")
+    table = random.Random(1)
+    cost = {(op, (i, v)): (10.0 if op == "KA" else 5.0) + table.uniform(0, 4)
+            for i in range(6) for op in ("KA", "KB") for v in range(4)}
+    search = KernelSearch(space, CompileOptions(limit=100))
+    first = search.next_candidate()  # (the baseline: KA at variant 0 everywhere)
+    search.report(first, Measured(1.0, kernels_of(space, first, cost)))
+    proposed = search._propose()
+    assert {(space.classes[m.cls][m.alt].op, space.classes[m.cls][m.alt].fields[1])
+            for m in proposed} <= {("KA", 1), ("KA", 2), ("KA", 3), ("KB", 0)}
+    drive(search, space, cost)
+    best = sum(min(cost[("KB", (i, v))] for v in range(4)) for i in range(6))
+    assert search.best()[1] == pytest.approx(best)
+
+
 def fusion_space(layers: int) -> tuple[SearchSpace, dict]:
     """Per layer, a producer kernel P (an elementwise op over the layer's input) read by a
     consumer kernel C, which may read P's buffer (ELoad) or compute P inline (EP): inlined,

@@ -18,21 +18,20 @@ store (nothing recalled, nothing kept), never an error.
 from __future__ import annotations
 
 import hashlib
-import os
 import sqlite3
 from collections.abc import Mapping
 from contextlib import closing
 from pathlib import Path
 
 from lumos.logs import log
-from lumos.paths import cache_root
+from lumos.paths import cache_off, cache_root
 
 FILE = "search.sqlite"
 
 
 def store_path() -> Path | None:
     """Where the verdicts live; None when LUMOS_CACHE=off."""
-    if os.environ.get("LUMOS_CACHE", "").strip().lower() == "off":
+    if cache_off():
         return None
     return cache_root() / FILE
 

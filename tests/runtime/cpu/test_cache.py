@@ -194,3 +194,42 @@ def test_saturation_cut_short_by_its_time_limit_is_not_cached(
                      "limit") == 2
     g.compile(CpuRuntime(), BASELINE)
     assert len(list(cache.glob("*.lar"))) == 1
+
+
+OFF_CHILD = """
+import os, sys
+import numpy as np
+import lumos
+from lumos.paths import cache_root
+from lumos.runtime.cpu import CpuRuntime
+from lumos.search import CompileOptions
+g = lumos.Graph()
+x = g.tensor((8, 33), name="x")
+y = ((x * 2 + 1).exp().sum(1)).output()
+prog = g.compile(CpuRuntime(), CompileOptions(limit=3, trials=1))
+a = np.random.default_rng(0).standard_normal((8, 33)).astype(np.float32)
+prog.set_data(x, a)
+prog.execute()
+assert np.allclose(prog.get(y), np.exp(a * 2 + 1).sum(1), rtol=1e-5)
+print(cache_root())
+print(sorted(p.name for p in cache_root().iterdir()))
+"""
+
+
+def test_lumos_cache_off_keeps_nothing(tmp_path):
+    """LUMOS_CACHE=off: the kernels compile into a directory of the process's own (its
+    sandbox's children use it too), gone when it exits; no artifact or verdict is
+    written, and no directory named "off" appears where it ran."""
+    home = tmp_path / "home"
+    home.mkdir()
+    env = dict(os.environ, LUMOS_CACHE="off", HOME=str(home),
+               PYTHONPATH=os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")]))
+    env.pop("LUMOS_ARTIFACTS", None)
+    env.pop("LUMOS_CACHE_OFF_DIR", None)
+    out = subprocess.run([sys.executable, "-c", OFF_CHILD], cwd=tmp_path, env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    where, names = out.stdout.splitlines()[-2:]
+    assert names == "['cpu']"  # (no artifacts/, no search.sqlite)
+    assert not Path(where).exists()
+    assert not (tmp_path / "off").exists() and list(home.iterdir()) == []

@@ -36,6 +36,7 @@ from lumos.egraph.buckets import Combo, bounds, combos, select
 from lumos.errors import BindError
 from lumos.graph import Graph
 from lumos.logs import log, warn
+from lumos.paths import cache_off
 from lumos.runtime.base import Program
 from lumos.runtime.cpu.cc import FLAGS, amx, cache_dir, compile_units, cpu_id, load
 from lumos.runtime.cpu.codegen import STATIC_HEADER, Buffer, Kernel, Layout, generate
@@ -378,8 +379,10 @@ def weight_names(graph: Graph) -> frozenset[str]:
 
 
 def caching(options: CompileOptions) -> bool:
-    """The artifact cache is on: `options.cache` and not LUMOS_ARTIFACTS=off."""
-    return options.cache and os.environ.get("LUMOS_ARTIFACTS", "").strip().lower() != "off"
+    """The artifact cache is on: `options.cache`, and neither LUMOS_ARTIFACTS=off nor
+    LUMOS_CACHE=off."""
+    return options.cache and not cache_off() and \
+        os.environ.get("LUMOS_ARTIFACTS", "").strip().lower() != "off"
 
 
 class ArtifactCache:
