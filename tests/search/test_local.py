@@ -132,6 +132,27 @@ def test_an_e_nodes_variants_are_moves_once_it_is_chosen():
     assert search.best()[1] == pytest.approx(best)
 
 
+def test_the_search_ends_when_its_moves_stop_paying():
+    """One kernel of 60 alternatives as fast as each other: every candidate judges one move
+    and keeps none, so after `stagnation * generation_size` (30) candidates without 1% of
+    progress the search ends, not at its limit; a fake clock ends it by time instead."""
+    space = as_kernels(grid_space(1, 60))
+    cost = {(n.op, n.fields): 1.0 for c in space.classes for n in c if n.fields}
+    search = KernelSearch(space, CompileOptions(limit=100))
+    seen = drive(search, space, cost)
+    assert search.stop_reason.startswith("no progress") and "30 candidates" in \
+        search.stop_reason
+    assert len(seen) <= 32  # (generation 0, 30 candidates; no finals: it never moved)
+    now = [0.0]
+
+    def clock() -> float:
+        now[0] += 1.0  # a second a call
+        return now[0]
+    timed = KernelSearch(space, CompileOptions(limit=100, search_time_limit=30.0), clock=clock)
+    drive(timed, space, cost)
+    assert timed.stop_reason.startswith("no progress") and " s " in timed.stop_reason
+
+
 def fusion_space(layers: int) -> tuple[SearchSpace, dict]:
     """Per layer, a producer kernel P (an elementwise op over the layer's input) read by a
     consumer kernel C, which may read P's buffer (ELoad) or compute P inline (EP): inlined,

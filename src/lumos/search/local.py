@@ -38,7 +38,9 @@ at once wherever else it applies, and a rejected one is not tried again. Verdict
 by kernel times outlive the search (`known`, `learned`: search.verdicts keeps them per
 machine), so a later search of the same kernels starts from them. The search ends
 at `limit` counted candidates, at `search_time_limit` (less the time one more candidate
-and the finals are expected to take), or when no move is left to try;
+and the finals are expected to take), when `stagnation * generation_size` candidates in
+a row, or a `stagnation`th of `search_time_limit`, kept less than `MIN_PROGRESS` of the
+incumbent's time, or when no move is left to try;
 then the incumbent and generation 0's best are timed in turns (`FINAL_ROUNDS`), and
 best() is the one of the lower median: a search never returns a program slower than its
 seed by noise in the per-kernel judgements.
@@ -68,6 +70,11 @@ MARGIN = 0.02  # a group of moves is kept when its kernels are at least this muc
 MIN_GAIN = 2e-7  # ... and by at least this many seconds
 MAX_MOVES = 48  # moves per candidate
 FINAL_ROUNDS = 2  # the incumbent and generation 0's best, timed in turns this many times
+# the search ends once `stagnation * generation_size` candidates in a row, or a
+# `stagnation`th of `search_time_limit`, have kept moves worth less than this fraction of
+# the incumbent's kernel time together (tinygrad's BEAM ends a beam at its minimum
+# progress): the moves left are not worth their candidates
+MIN_PROGRESS = 0.01
 NOISE_NEAR = 9  # a group's noise: the unchanged kernels this many nearest its old time ...
 NOISE_QUANTILE = 0.75  # ... how far this quantile of them moved
 KernelId = tuple[int, str]  # (root class, key)
@@ -101,6 +108,9 @@ class KernelSearch:
         self.clock = clock
         self.counted = self.rejected = self.generation = 0
         self.kept = self.tried = 0  # moves
+        # (counted and clock at the last progress, kept gain since: MIN_PROGRESS)
+        self._progress_at: tuple[int, float] | None = None
+        self._gained = 0.0
         self.stop_reason: str | None = None
         self.first_failure: str | None = None
         self._start: float | None = None
@@ -302,6 +312,16 @@ class KernelSearch:
         o = self.options
         if self.counted + 2 * FINAL_ROUNDS >= o.limit:  # (kept for the finals)
             return f"limit of {o.limit} candidates reached"
+        if self._progress_at is None:  # (the moves begin)
+            self._progress_at = (self.counted, self.clock())
+        patience = o.stagnation * o.generation_size
+        if self.counted - self._progress_at[0] >= patience:
+            return (f"no progress: the moves kept in the last {patience} candidates gained "
+                    f"under {MIN_PROGRESS:.0%}")
+        if o.search_time_limit is not None and \
+                self.clock() - self._progress_at[1] >= o.search_time_limit / o.stagnation:
+            return (f"no progress: the moves kept in the last "
+                    f"{o.search_time_limit / o.stagnation:.3g} s gained under {MIN_PROGRESS:.0%}")
         if o.search_time_limit is not None:
             # (the time left must hold one more candidate and the finals: re-timings of
             # programs already compiled, each at most the cheapest candidate so far or
@@ -509,6 +529,7 @@ class KernelSearch:
                     self._judged.add(sig)
             if ok:
                 keep.update(members)
+                self._gained += gain
         if keep:
             g = dict(g0)
             for i in keep:
@@ -524,6 +545,8 @@ class KernelSearch:
             self._kernels = {kid: new[kid] if kid in new else k for kid, k in old.items()}
         orphans = len(set(gone) | set(made)) - len(owner)
         total = sum(k.seconds for k in self._kernels.values())
+        if self._gained >= MIN_PROGRESS * total:
+            self._progress_at, self._gained = (self.counted, self.clock()), 0.0
         log("search", f"candidate {self.generation}: {len(moves)} moves in {len(groups)} "
                       f"groups, {len(keep)} kept; {len(gone)} kernels replaced by {len(made)}"
                       f"{f' ({orphans} changed by no move)' if orphans else ''}; drift "

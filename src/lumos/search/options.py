@@ -26,8 +26,10 @@ class CompileOptions:
     `stagnation` generations without a new best the next generation is fresh random
     genomes; `early_stop_factor` (>= 1): once `2 * stagnation * generation_size` candidates
     in a row have been counted since the last one that ran within `early_stop_factor` times
-    the best time, the search stops. `search_time_limit` (60 s) bounds each search (one per
-    bucket combination). Same `seed`, same space, same timings: same choice.
+    the best time, the search stops. KernelSearch stops once `stagnation *
+    generation_size` candidates in a row, or a `stagnation`th of `search_time_limit`, kept
+    moves worth under 1% of its program's time. `search_time_limit` (60 s) bounds each
+    search (one per bucket combination). Same `seed`, same space, same timings: same choice.
 
     Timing: each candidate is timed `trials` times (the runtime ranks by the median);
     `candidate_timeout` bounds each compiler process of one candidate (a unit's compile,
