@@ -9,8 +9,8 @@ from __future__ import annotations
 import lumos.runtime.cpu.codegen as codegen
 import lumos.runtime.cpu.kernels as kernels
 
-# the value of a schedule field for kernels that carry none (products, copies, gathers)
-SCHEDULE_DEFAULTS = {"codegen": {"PARALLEL_MIN", "PREFETCH_BYTES"},
+# lowering's schedule (also that of kernels that carry none: products, copies, gathers)
+SCHEDULE_DEFAULTS = {"codegen": {"PAR_SEED", "AHEAD_SEED"},  # (imported from kernels)
                      "kernels": {"PAR_SEED", "WIDE_LOWERED", "AHEAD_SEED"}}
 # rules of thumb of the seeds (kernels.seeds): they rank generation 0 and nothing else
 SEED_WEIGHTS = {"kernels": {"AMX_MIN_MACS", "DUPLICATE_OPS", "OWN_MAX_B_BYTES",

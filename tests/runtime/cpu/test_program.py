@@ -407,7 +407,7 @@ def test_flush_denormals_holds_only_while_the_program_runs() -> None:
 
 def test_a_reduction_over_rows_of_its_own_prefetches_the_rows_ahead() -> None:
     """codegen.prefetch_rows: a reduction whose every output reads its own row of 32 bytes
-    or more prefetches the row PREFETCH_BYTES ahead (rows of 64 floats: 4 rows, 256
+    or more prefetches the row AHEAD_SEED bytes ahead (rows of 64 floats: 4 rows, 256
     elements, 5 lines as the row may start mid-line); not rows of 24 bytes (a max of
     int8s), nor a column sum (the rows are read across). The results the same."""
     def sum_or_max(x: lumos.Tensor, axis: int) -> lumos.Tensor:

@@ -37,6 +37,8 @@ from lumos.hlir import REDUCE, UNARY, Node
 from lumos.logs import enabled
 from lumos.runtime.cpu.cc import Unit, UnsupportedProgram, vector_bytes
 from lumos.runtime.cpu.kernels import (
+    AHEAD_SEED,
+    PAR_SEED,
     ROWS_MAX_M,
     Apply,
     Body,
@@ -71,9 +73,6 @@ BAND_FLOATS = 1 << 17  # a band of a product's rows its reader runs (row_banded)
 # (bands half or twice as large were slower)
 PACK_FLOATS = 262144  # a block of a factor a product packs itself (Pack): 1 MiB, about L2
 PACK_MIN_WIDTH = 256  # ... but at least this many of its M or N (narrower products are slow)
-# a kernel with no schedule of its own (a product's, a copy's, a gather's) runs on one thread
-# below this many elements of work (lowered kernels carry theirs: Kernels.par)
-PARALLEL_MIN = 1 << 15
 # a long reduction's outputs go to threads in blocks this small, so that a matrix-vector
 # product's few hundred outputs still spread over every core
 REDUCE_BLOCK, REDUCE_BLOCK_MIN_LENGTH = 16, 64
@@ -85,11 +84,12 @@ SHORT_REDUCE = 16  # a reduction this short is written out, one step per element
 # of x where it is NaN (`x > a || x != x` takes two compares and a mask or)
 MAX_STEP = "{a} = {x} != {x} ? {x} : ({x} > {a} ? {x} : {a});"
 # a reduction whose outputs each read their own row of an input (a matrix-vector product's
-# weights) prefetches the rows its schedule's `ahead` bytes ahead (Kernels.ahead; one
-# without: PREFETCH_BYTES), the first PREFETCH_LINES cache lines of each: rows of a few
-# hundred bytes (a quantized matrix-vector product's) are too short for the hardware
-# prefetcher, which waits for misses
-PREFETCH_BYTES, PREFETCH_LINES, PREFETCH_MIN_ROW = 1024, 16, 32
+# weights) prefetches the rows its schedule's `ahead` bytes ahead (Kernels.ahead), the
+# first PREFETCH_LINES cache lines of each: rows of a few hundred bytes (a quantized
+# matrix-vector product's) are too short for the hardware prefetcher, which waits for
+# misses. (A kernel without a schedule of its own, a product's, a copy's or a gather's,
+# runs as lowering's schedule says: kernels.PAR_SEED, AHEAD_SEED.)
+PREFETCH_LINES, PREFETCH_MIN_ROW = 16, 32
 
 PRELUDE = (_C / "prelude.h").read_text().replace("@TILES@", str(TILES))
 
@@ -344,8 +344,8 @@ class _Codegen:
         self.windowed: list[Tile] = []  # per kernel: its windows products (banded)
         self.band_reads: list[tuple[int, int]] = []  # per kernel: (step, offset) of each read
         self.windows_made: dict[Node, _WindowsCode] = {}  # per kernel: their code
-        self.par = PARALLEL_MIN  # per kernel: its schedule's threading (Kernels.par)
-        self.ahead = PREFETCH_BYTES  # ... and how far ahead it prefetches rows
+        self.par = PAR_SEED  # per kernel: its schedule's threading (Kernels.par)
+        self.ahead = AHEAD_SEED  # ... and how far ahead it prefetches rows
 
     def _name(self) -> str:
         self._count += 1
@@ -690,8 +690,8 @@ class _Codegen:
 
     def kernel(self, i: int) -> list[str]:
         """The loops computing node `i` into `out` (parameters collected in self.args)."""
-        self.par = self.g.par.get(i, PARALLEL_MIN)
-        self.ahead = self.g.ahead.get(i, PREFETCH_BYTES)
+        self.par = self.g.par.get(i, PAR_SEED)
+        self.ahead = self.g.ahead.get(i, AHEAD_SEED)
         return self._kernel(self.g.nodes[i], self.g.bodies.get(i), self.g.packs.get(i),
                             i in self.g.own, i in self.g.amx)
 

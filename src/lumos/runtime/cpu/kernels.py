@@ -1157,7 +1157,7 @@ def seeds(space: SearchSpace, env: Mapping[str, int], genomes: Genomes | None = 
             if n.op in SCHEDULED:
                 par, w, *ahead = schedule(n)
                 return float(par != PAR_SEED) + float(bool(w) != wide(n)) + \
-                    float(ahead != [AHEAD_SEED] and n.op == "KSumReduce")
+                    float(ahead not in ([], [AHEAD_SEED]))
             return 0.0
         return cost
     return fused(-1.0), fused(1.0)
