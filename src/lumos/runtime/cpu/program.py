@@ -49,7 +49,7 @@ from lumos.runtime.cpu.kernels import (
     from_graph,
     seeds,
 )
-from lumos.runtime.cpu.plan import ALIGN, plan
+from lumos.runtime.cpu.plan import ALIGN, pages, plan
 from lumos.search import GeneticSearch, Genome, Genomes, KernelSearch
 from lumos.search.options import CompileOptions
 from lumos.search.verdicts import Verdicts
@@ -179,7 +179,7 @@ class CompiledProgram:
         changes); without, they run every time."""
         offsets, total = self.plan(env)
         if self._arena.size < total + ALIGN:
-            self._arena = np.empty(total + ALIGN, np.uint8)
+            self._arena = pages(total + ALIGN)
         arena = -(-self._arena.ctypes.data // ALIGN) * ALIGN
         dims = np.array([env[d] for d in self.layout.dims] or [0], np.int64)
         ins, outs = (p if p is not None else np.array([a.ctypes.data for a in arrays] or [0],
@@ -236,14 +236,15 @@ class Statics:
         hit = self._pointers.get(id(layout))
         if hit is not None and hit[0] is layout:
             return hit[1]
-        addresses = []
-        for key, nbytes in layout.statics:
-            buf = self._buffers.get(key)
-            if buf is None:
-                raw = np.zeros(STATIC_HEADER + nbytes + ALIGN, np.uint8)
-                skip = -raw.ctypes.data % ALIGN
-                buf = self._buffers[key] = raw[skip:skip + STATIC_HEADER + nbytes]
-            addresses.append(buf.ctypes.data)
+        missing = {key: STATIC_HEADER + -(-nbytes // ALIGN) * ALIGN
+                   for key, nbytes in layout.statics if key not in self._buffers}
+        if missing:  # one slab for those of this layout (on huge pages: `pages`)
+            slab, at = pages(sum(missing.values())), 0
+            for key, size in missing.items():
+                buf = self._buffers[key] = slab[at:at + size]
+                buf[:8] = 0  # (not computed yet)
+                at += size
+        addresses = [self._buffers[key].ctypes.data for key, _ in layout.statics]
         ptrs = np.array(addresses or [0], np.int64)
         self._pointers[id(layout)] = (layout, ptrs)
         return ptrs
