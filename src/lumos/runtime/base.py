@@ -66,12 +66,18 @@ class Program:
             if want_d.is_num and want_d.value != got:
                 raise BindError(f"input {n.name!r}: expected shape {_fmt(n.shape)}, "
                                 f"got {arr.shape}")
-        self._data[node] = np.ascontiguousarray(arr).reshape(arr.shape)  # keeps 0-d 0-d
+        self._data[node] = self._keep(node, arr)
         self._bound(node)
 
     def bound(self, tensor: Tensor) -> np.ndarray | None:
         """The array bound to graph input `tensor` (None if none is)."""
         return self._data.get(tensor.node)
+
+    def _keep(self, node: int, array: np.ndarray) -> np.ndarray:
+        """What is bound to input `node` for `array` (checked): a C-contiguous array of the
+        same shape, a copy where it must be (a runtime may keep weights in memory of its
+        own)."""
+        return np.ascontiguousarray(array).reshape(array.shape)  # keeps 0-d 0-d
 
     def _bound(self, node: int) -> None:
         """Called when input `node` is bound anew (a runtime may cache its bindings)."""

@@ -10,7 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from lumos.runtime.cpu.plan import ALIGN, HUGE_PAGE, pages
+from lumos.runtime.cpu.memory import HUGE_PAGE, Slabs, pages
+from lumos.runtime.cpu.plan import ALIGN
 
 
 @pytest.mark.parametrize("nbytes", [1, 63, 4096, HUGE_PAGE - 1, HUGE_PAGE, 3 * HUGE_PAGE + 5])
@@ -50,3 +51,46 @@ def test_large_pages_are_advised_huge() -> None:
             eligible = int(line.split()[1])
             break
     assert eligible == 1
+
+
+def test_slabs_carve_aligned_disjoint_arrays_and_free_their_chunk() -> None:
+    import gc
+    import weakref
+
+    s = Slabs()
+    rng = np.random.default_rng(0)
+    sizes = [1, 100, 4096, 3 * HUGE_PAGE, 7]
+    srcs = [rng.integers(0, 255, n, dtype=np.uint8) for n in sizes]
+    outs = [s.copy(a) for a in srcs]
+    spans = sorted((o.ctypes.data, o.ctypes.data + o.nbytes) for o in outs)
+    assert all(e <= b for (_, e), (b, _) in zip(spans, spans[1:], strict=False))
+    for a, o in zip(srcs, outs, strict=True):
+        assert o.ctypes.data % ALIGN == 0 and np.array_equal(a, o)
+    f = s.copy(np.arange(12, dtype=np.float32).reshape(3, 4))
+    assert f.dtype == np.float32 and f.shape == (3, 4) and f.flags.c_contiguous
+    chunk = weakref.ref(outs[0].base)
+    s._chunk = np.empty(0, np.uint8)  # (as after a full chunk)
+    del outs, f, o
+    gc.collect()
+    assert chunk() is None
+
+
+def test_weights_bound_to_a_program_are_its_own_copies() -> None:
+    import lumos
+    from lumos.runtime.cpu import CpuRuntime
+    from tests.runtime.cpu.common import BASELINE
+
+    g = lumos.Graph()
+    x = g.tensor((3, 8), name="x")
+    w = g.tensor((5, 8), name="w", weight=True)
+    y = (x @ w.T).output()
+    prog = g.compile(CpuRuntime(), BASELINE)
+    rng = np.random.default_rng(1)
+    xs, ws = rng.standard_normal((3, 8), np.float32), rng.standard_normal((5, 8), np.float32)
+    prog.set_data(x, xs)
+    prog.set_data(w, ws)
+    bound = prog._data[w.node]
+    assert not np.shares_memory(bound, ws) and np.array_equal(bound, ws)
+    assert np.shares_memory(prog._data[x.node], xs)  # (not a weight: as passed)
+    prog.execute()
+    np.testing.assert_allclose(prog.get(y), xs @ ws.T, rtol=1e-5, atol=1e-6)

@@ -49,7 +49,8 @@ from lumos.runtime.cpu.kernels import (
     from_graph,
     seeds,
 )
-from lumos.runtime.cpu.plan import ALIGN, pages, plan
+from lumos.runtime.cpu.memory import Slabs, pages
+from lumos.runtime.cpu.plan import ALIGN, plan
 from lumos.search import GeneticSearch, Genome, Genomes, KernelSearch
 from lumos.search.options import CompileOptions
 from lumos.search.verdicts import Verdicts
@@ -555,11 +556,19 @@ class CpuProgram(Program):
         self._slots: dict[int, np.ndarray] = {}  # by program index: see run_raw
         self.input_nodes = [i for i, n in enumerate(graph.nodes) if n.op == "Input"]
         self.statics = Statics()  # (all buckets': a weight's copy is computed once)
+        self._weights = Slabs()  # where the weights bound to it live (memory.py)
 
     @property
     def compiled(self) -> CompiledProgram:
         """The program of the first bucket (the only one without dim buckets)."""
         return self.programs[0]
+
+    def _keep(self, node: int, array: np.ndarray) -> np.ndarray:
+        """A weight is copied into the program's own memory (on huge pages: memory.py);
+        other inputs as the base class keeps them."""
+        if not self.graph.nodes[node].persist or array.dtype.hasobject:
+            return super()._keep(node, array)
+        return self._weights.copy(array)
 
     def _bound(self, node: int) -> None:
         for b in self._bindings.values():
