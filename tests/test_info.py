@@ -37,6 +37,9 @@ def test_machine(capsys, monkeypatch, tmp_path):
     assert rows["isa"] == (" ".join(have) or "none of those lumos looks for")
     assert str(os.cpu_count()) in rows["cores"]
     assert "scipy-openblas32" in rows["blas"]
+    thp = Path("/sys/kernel/mm/transparent_hugepage/enabled")
+    mode = re.search(r"\[(\w+)\]", thp.read_text()).group(1) if thp.exists() else None
+    assert rows["huge pages"].startswith(f"{mode}" if mode else "not offered"), rows
 
 
 def test_cache_and_clear(capsys, monkeypatch, tmp_path):
