@@ -94,22 +94,3 @@ def test_weights_bound_to_a_program_are_its_own_copies() -> None:
     assert np.shares_memory(prog._data[x.node], xs)  # (not a weight: as passed)
     prog.execute()
     np.testing.assert_allclose(prog.get(y), xs @ ws.T, rtol=1e-5, atol=1e-6)
-
-
-def test_a_searchs_stashed_inputs_are_kept_as_a_program_keeps_weights() -> None:
-    """The sandbox keeps a search's inputs in memory.Slabs (huge pages), so candidates
-    are timed reading weights from where a program will read them."""
-    from lumos.runtime.cpu import isolate
-
-    big = np.arange(3 * HUGE_PAGE // 4, dtype=np.float32)
-    value = {"w": big, "x": np.float32(2.0) * np.ones((3, 5), np.float32),
-             "i": np.array(7, np.int64), "e": np.empty((0, 4), np.float16)}
-    isolate._stash("test-pages", value)
-    try:
-        kept = isolate._STASH["test-pages"]
-        for k, v in value.items():
-            assert kept[k].dtype == v.dtype and kept[k].shape == v.shape, k
-            assert np.array_equal(kept[k], v) and not np.shares_memory(kept[k], v), k
-        assert kept["w"].ctypes.data % HUGE_PAGE == 0  # (the first of a fresh chunk)
-    finally:
-        isolate._STASH.pop("test-pages", None)

@@ -26,7 +26,6 @@ import numpy as np
 
 from lumos.egraph.worker import recv, send
 from lumos.errors import LumosError
-from lumos.runtime.cpu.memory import Slabs
 from lumos.runtime.cpu.program import CompiledProgram
 
 STARTUP_TIMEOUT = 120.0  # seconds for a fresh worker to import lumos
@@ -40,12 +39,7 @@ _STASH: dict[str, Mapping[str, Any]] = {}  # in the worker: values sent once (Sa
 
 
 def _stash(key: str, value: Mapping[str, Any]) -> None:
-    """Keeps `value`, its arrays (a search's inputs: the weights among them) in memory as
-    a program keeps its bound weights (memory.py: on huge pages), so that candidates
-    are timed reading them as they will run."""
-    mem = Slabs()
-    _STASH[key] = {k: mem.copy(v) if isinstance(v, np.ndarray) and not v.dtype.hasobject
-                   else v for k, v in value.items()}
+    _STASH[key] = value
 
 
 class Stashed:
