@@ -11,6 +11,7 @@ that are large enough to be on huge pages at all.
 from __future__ import annotations
 
 import ctypes
+import functools
 import sys
 
 import numpy as np
@@ -62,10 +63,6 @@ class Slabs:
         return out
 
 
-_LIBC: list = []
-
-
+@functools.cache
 def _libc() -> ctypes.CDLL:
-    if not _LIBC:
-        _LIBC.append(ctypes.CDLL(None, use_errno=True))
-    return _LIBC[0]
+    return ctypes.CDLL(None, use_errno=True)

@@ -29,4 +29,3 @@ def plan(sizes: Sequence[int], lives: Sequence[tuple[int, int]]) -> tuple[list[i
         offsets[t] = best[0] if best is not None else top
         placed.append((offsets[t], offsets[t] + size, first, last))
     return offsets, max((e for _, e, _, _ in placed), default=0)
-

@@ -179,9 +179,9 @@ class CompiledProgram:
         weights alone keep their results between runs (the caller resets it when a weight
         changes); without, they run every time."""
         offsets, total = self.plan(env)
-        if self._arena.size < total + ALIGN:
-            self._arena = pages(total + ALIGN)
-        arena = -(-self._arena.ctypes.data // ALIGN) * ALIGN
+        if self._arena.size < total:
+            self._arena = pages(total)  # (ALIGN-aligned)
+        arena = self._arena.ctypes.data
         dims = np.array([env[d] for d in self.layout.dims] or [0], np.int64)
         ins, outs = (p if p is not None else np.array([a.ctypes.data for a in arrays] or [0],
                                                       np.int64)
