@@ -10,6 +10,7 @@ import itertools
 import random
 import re
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -20,6 +21,7 @@ from lumos.runtime.cpu import build
 from lumos.runtime.cpu.codegen import generate
 from lumos.runtime.cpu.kernels import (
     AHEAD_SEED,
+    JAM_VALUES,
     PAR_SEED,
     RULES,
     SCHEDULED,
@@ -36,7 +38,8 @@ from lumos.search.genome import extract
 
 PARS = (PAR_SEED, 0, -1)
 AHEADS = (AHEAD_SEED, 0, 4096)
-SCHEDULES = tuple(itertools.product(PARS, (0, 1), AHEADS))  # (a sum's; the others: par, wide)
+# (a sum's, its first axis not 1; other sums' have jam 1; other kernels': par, wide)
+SCHEDULES = tuple(itertools.product(PARS, (0, 1), AHEADS, JAM_VALUES))
 
 
 def norm_graph(row: int = 48) -> lumos.Graph:
@@ -55,8 +58,8 @@ def space_of(g: lumos.Graph) -> lumos.egraph.SearchSpace:
 
 
 def scheduled(space: lumos.egraph.SearchSpace, values: tuple[int, ...]) -> dict[int, int]:
-    """The unfused program with every scheduled kernel at `values` (par, wide, ahead: as
-    many as it has)."""
+    """The unfused program with every scheduled kernel at `values` (par, wide, ahead, jam:
+    as many as it has)."""
     choice = {c: next((i for i, n in enumerate(alts) if n.op in SCHEDULED and
                        schedule(n) == values[:len(schedule(n))]), 0)
               for c, alts in enumerate(space.classes)}
@@ -75,8 +78,9 @@ def test_each_kernel_is_offered_every_schedule_lowerings_first() -> None:
         for n in kernels:
             own = n.fields[:SCHEDULED[n.op]]
             by_kernel.setdefault((n.op, own, n.children), []).append(schedule(n))
-        for (op, _, _), schedules in by_kernel.items():  # (no variant of a variant)
-            want = {v[:len(lowered(op))] for v in SCHEDULES}
+        for (op, own, _), schedules in by_kernel.items():  # (no variant of a variant)
+            jams = len(own[0]) > 1 and own[0][0] != 1  # (a sum: axes, the first not 1)
+            want = {v[:len(lowered(op))] for v in SCHEDULES if jams or v[3] == 1}
             assert sorted(schedules) == sorted(want), op
             seen.add(op)
     assert seen >= {"KMap", "KSumReduce", "KMaxReduce", "KOutput"}
@@ -87,7 +91,7 @@ def test_codegen_renders_the_schedule_it_is_given(values: tuple[int, int]) -> No
     par, wide = values
     g = norm_graph()
     space = space_of(g)
-    kernels = from_genome(space, scheduled(space, values + (AHEAD_SEED,)), g.dims)
+    kernels = from_genome(space, scheduled(space, values + (AHEAD_SEED, 1)), g.dims)
     assert set(kernels.par.values()) == {par} and set(kernels.wide.values()) == {bool(wide)}
     units, _ = generate(kernels)
     defs = [u[1] for u in units if not isinstance(u, str)]
@@ -116,7 +120,7 @@ def test_the_seeds_vectorize_as_the_rule_of_thumb_says(row: int) -> None:
             last = n.fields[0][-1]
             wide = n.op.endswith("Reduce") or last.is_num and last.value == row
             assert schedule(n)[:2] == (PAR_SEED, int(wide and row != 40)), n
-            assert schedule(n)[2:] in ((), (AHEAD_SEED,)), n
+            assert schedule(n)[2:] in ((), (AHEAD_SEED, 1)), n
 
 
 @pytest.mark.parametrize("ahead", AHEADS)
@@ -126,7 +130,7 @@ def test_a_matrix_vector_product_prefetches_its_rows_as_far_as_its_schedule_says
     w, x = g.tensor((256, 64), lumos.f32, "w"), g.tensor((64,), lumos.f32, "x")
     (w * x).sum(1).output()
     space = space_of(g)
-    kernels = from_genome(space, scheduled(space, (PAR_SEED, 0, ahead)), g.dims)
+    kernels = from_genome(space, scheduled(space, (PAR_SEED, 0, ahead, 1)), g.dims)
     assert set(kernels.ahead.values()) == {ahead}
     units, _ = generate(kernels)
     lines = re.findall(r"__builtin_prefetch\(.*\);", "\n".join(
@@ -150,3 +154,64 @@ def test_every_schedule_computes_what_the_oracle_does(values: tuple[int, ...],
     got = program([data[name] for name in program.layout.input_names], {"n": n})
     for a, w, o in zip(got, run_hlir(g, data, {"n": n}), g.outputs, strict=True):
         assert matches(a, w, g.nodes[o].dtype)
+
+
+def batched_matvec(qtype: str | None = "Q4_1") -> tuple[lumos.Graph, dict]:
+    """x (b, 256) @ W.T, W (40, 256) f32 or packed and unpacked in the graph: each row of the
+    batch reads the same weights."""
+    from lumos.io.quantize import quantize
+    from lumos.nn.quant import dequantize, part_dtypes
+
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((40, 256)).astype(np.float32)
+    g = lumos.Graph()
+    g.dim("b", 1, 16)
+    x = g.tensor(("b", 256), lumos.f32, "x")
+    if qtype is None:
+        wt, data = g.tensor(w.shape, lumos.f32, "w", weight=True), {"w": w}
+    else:
+        packed, dt = quantize(qtype, w), part_dtypes(qtype)
+        parts = {k: g.tensor(a.shape, dt[k], f"w.{k}", weight=True)
+                 for k, a in packed.parts.items()}
+        wt, data = dequantize(qtype, parts), {f"w.{k}": a for k, a in packed.parts.items()}
+    (x @ wt.T).output()
+    return g, data
+
+
+@pytest.mark.parametrize("qtype", ["Q4_1", "Q4_K", None])
+@pytest.mark.parametrize("jam", JAM_VALUES)
+def test_a_batched_product_jammed_computes_what_the_oracle_does(qtype: str | None,
+                                                                jam: int) -> None:
+    """Each jam, at batch sizes below, at and past it (a last group of fewer rows)."""
+    g, weights = batched_matvec(qtype)
+    space = space_of(g)
+    made = Genomes(space)  # the fused seed's program (the unpacking inlined), that jam
+    genome = made.preferring(seeds(space, {"b": 8}, made, bounds=g.dims)[1], random.Random(0))
+    for c, i in list(genome.items()):
+        n = space.classes[c][i]
+        if n.op == "KSumReduce":
+            genome[c] = next(k for k, m in enumerate(space.classes[c]) if m.op == n.op and
+                             m.children == n.children and schedule(m) == schedule(n)[:3] + (jam,))
+    kernels = from_genome(space, genome, g.dims)
+    assert jam in kernels.jam.values()
+    units, _ = generate(kernels)
+    code = "\n".join(u[1] for u in units if not isinstance(u, str))
+    # (an f32 row's sum is not split into vector blocks: jam is not rendered there yet)
+    assert (f"z0 += {jam})" in code) == (jam > 1 and qtype is not None)
+    program = build(kernels)
+    for b in (1, 3, 8, 11):
+        data = profiling_inputs(g, {"b": b}, 0) | weights
+        got = program([data[name] for name in program.layout.input_names], {"b": b})
+        for a, w, o in zip(got, run_hlir(g, data, {"b": b}), g.outputs, strict=True):
+            assert matches(a, w, g.nodes[o].dtype), (b, np.abs(a - w).max())
+
+
+def test_the_seeds_jam_a_batched_product_up_to_its_batch() -> None:
+    g, _ = batched_matvec()
+    space = space_of(g)
+    made = Genomes(space)
+    for b, want in ((1, 1), (3, 2), (8, 8), (16, 8)):
+        fused = seeds(space, {"b": b}, made, bounds=g.dims)[1]
+        chosen = [n for _, n in extract(space, made.preferring(fused, random.Random(0)))
+                  if n.op == "KSumReduce"]
+        assert chosen and {schedule(n)[3] for n in chosen} == {want}, b

@@ -22,7 +22,7 @@ from __future__ import annotations
 import hashlib
 import math
 import re
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, MutableMapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cached_property
@@ -61,7 +61,7 @@ from lumos.runtime.cpu.kernels import (
     wide_seed,
     windows,
 )
-from lumos.shape import Expr, Num, Var, View, simplify, z
+from lumos.shape import Expr, Num, Var, View, emin, simplify, z
 from lumos.shape.expr import ONE, ZERO
 from lumos.shape.view import numel
 
@@ -346,6 +346,7 @@ class _Codegen:
         self.windows_made: dict[Node, _WindowsCode] = {}  # per kernel: their code
         self.par = PAR_SEED  # per kernel: its schedule's threading (Kernels.par)
         self.ahead = AHEAD_SEED  # ... and how far ahead it prefetches rows
+        self.jam = 1  # ... and a sum's outputs computed together along its first axis
 
     def _name(self) -> str:
         self._count += 1
@@ -412,10 +413,12 @@ class _Codegen:
     # -- loops -------------------------------------------------------------------
     def nest(self, shape: tuple[Expr, ...], body: Callable[[_Scope], list[str]],
              work: Expr | None, around: tuple[list[str], str, list[str]] | None = None,
-             extra: Mapping | None = None, block: int = BLOCK) -> list[str]:
+             extra: Mapping | None = None, block: int = BLOCK,
+             jam: int = 1) -> list[str]:
         """Loops over `shape` row-major; the innermost axis in blocks. Parallel over the
         outer axes and blocks (of `block` elements) when `work` (elements of work) is
-        large; sequential if None.
+        large; sequential if None. `jam` > 1: the first axis steps by that many (the
+        body computes the outputs at z0 .. z0 + jam - 1 that are in the shape).
         `around` = (before, loop, after): a loop run inside each block around the
         innermost loop (an outer reduction), whose variable's bounds are in `extra`."""
         bounds = self.bounds(shape) | dict(extra or {})
@@ -434,7 +437,9 @@ class _Codegen:
         if (cond := self.parallel_if(work)) is not None:
             lines.append(f"#pragma omp parallel for collapse({len(active)}) schedule(static)"
                          f"{cond} num_threads(lumos_threads())")
-        lines += [f"for (int64_t z{k} = 0; z{k} < {size[k]}; z{k}++)" for k in active[:-1]]
+        lines += [f"for (int64_t z{k} = 0; z{k} < {size[k]}; "
+                  f"{f'z{k} += {jam}' if k == 0 and jam > 1 else f'z{k}++'})"
+                  for k in active[:-1]]
         before, loop, after = around or ([], "", [])
         blocks = [
             f"for (int64_t zb = 0; zb < ({size[last]} + {block - 1}) / {block}; zb++) {{",
@@ -692,6 +697,7 @@ class _Codegen:
         """The loops computing node `i` into `out` (parameters collected in self.args)."""
         self.par = self.g.par.get(i, PAR_SEED)
         self.ahead = self.g.ahead.get(i, AHEAD_SEED)
+        self.jam = self.g.jam.get(i, 1)
         return self._kernel(self.g.nodes[i], self.g.bodies.get(i), self.g.packs.get(i),
                             i in self.g.own, i in self.g.amx)
 
@@ -1100,9 +1106,79 @@ class _Codegen:
             head = [*self.prefetch_rows(b, m, shape, sc), *head]
             return [*head, *loops, *copies, *["}"] * len(loops), *tail]
         long = not (length.is_num and length.value < REDUCE_BLOCK_MIN_LENGTH)
-        lines = self.nest(shape, body, numel(shape) * in_shape[ax],
-                          block=REDUCE_BLOCK if long else BLOCK)
+        block = REDUCE_BLOCK if long else BLOCK
+        active = [k for k, s in enumerate(shape) if s is not ONE]
+        if self.jam > 1 and vector and active[:1] == [0] and len(active) > 1 and not (
+                self.tiles or self.rows_in or self.windowed or self.filling):
+            jammed = self.jammed(n, b, m, out_index, (lanes, inner, unroll, names, sizes))
+            try:
+                lines = self.nest(shape, jammed, numel(shape) * in_shape[ax], block=block,
+                                  jam=self.jam)
+                return _typedefs(lines) + lines
+            except _Scalar:
+                pass
+        lines = self.nest(shape, body, numel(shape) * in_shape[ax], block=block)
         return _typedefs(lines) + lines
+
+    def jammed(self, n: Node, b: Body, m: dict, out_index: Expr,
+               loop: tuple) -> Callable[[_Scope], list[str]]:
+        """The body of a vector sum computing `self.jam` outputs along the first axis at
+        once (z0 .. z0 + jam - 1, those past the axis' end not stored): what does not read
+        that axis (a matrix-vector product's unpacked weights) is computed once for all
+        of them, each output accumulating into a vector of its own. Raises _Scalar where
+        the body is not vector code."""
+        lanes, inner, unroll, names, sizes = loop  # (as `reduce` splits the sum)
+        shape, dt, jam = n.shape, n.dtype, self.jam
+        last = self.ren(shape[0]) - 1
+        at = [{"z0": emin(Var("z0") + j, last)} for j in range(jam)]  # output j's row
+
+        def moved(mc: dict, j: int) -> dict:  # (input axes before the sum's are the output's)
+            return {"z0": at[j]["z0"]} | {k: e.subs(at[j]) for k, e in mc.items()}
+        private = {id(x) for x in _apply_nodes(b) if any(
+            "z0" in (self.prep(ld.view.index.subs(m), shape).vars() |
+                     self.prep(ld.view.valid.subs(m), shape).vars())
+            for ld in body_loads(x))}
+        register = vector_bytes() // 4
+        width = min(lanes, register)
+        if width not in (8, 16) or width != register:
+            raise _Scalar
+        acc_t = value_type(dt)
+
+        def body(sc: _Scope) -> list[str]:
+            loops = [f"for (int64_t {v} = 0; {v} < {s.to_c()}; {v}++) {{"
+                     for v, s in zip(names[:unroll], sizes[:unroll], strict=True)]
+            rb = sc.bounds | {"zr": (0, inner - 1)} | {
+                v: (0, s - 1) for v, s in zip(names[:unroll], sizes[:unroll], strict=True)}
+            cases = [{k: e.subs(dict(zip(names[unroll:], values, strict=True)))
+                      for k, e in m.items()}
+                     for values in product(*(range(s.value) for s in sizes[unroll:]))]
+            copies = []
+            for mc in cases:
+                rs, stmts, adds, shared = _Scope("zr", rb, self._name), [], [], {}
+                for j in range(jam):
+                    mj = moved(mc, j)
+                    done = _PerOutput(shared, j, private)
+                    factors = self.fma_factors(b, mj, shape, rs, stmts, done, width)
+                    if factors:
+                        adds.append(f"lv[{j}] = LUMOS_FMA_F32X{width}({factors[0]}, "
+                                    f"{factors[1]}, lv[{j}]);")
+                    else:
+                        x = self.vector(b, mj, shape, rs, stmts, done, width)[0]
+                        adds.append(f"lv[{j}] += {x};")
+                copies += ["{", *rs.decls,
+                           f"for (int64_t zr = 0; zr < {lanes}; zr += {width}) {{",
+                           *stmts, *adds, "}", "}"]
+            lv = _vtype(acc_t, width)
+            head = [*self.prefetch_rows(b, m, shape, sc), f"{lv} lv[{jam}];",
+                    f"for (int zl = 0; zl < {jam}; zl++) lv[zl] = ({lv}){{0}};"]
+            tail = []
+            for j in range(jam):
+                to = sc.index(out_index.subs(at[j]))
+                tail += ["{", f"{acc_t} acc = 0;", *_lane_sum(f"(lv + {j})", 1, acc_t, width),
+                         f"if (z0 + {j} <= {last.to_c(rb)}) "
+                         f"{self.out}[{to}{self.out_shift}] = {store(dt, 'acc')};", "}"]
+            return [*head, *loops, *copies, *["}"] * len(loops), *tail]
+        return body
 
     def prefetch_rows(self, b: Body, m: dict, shape: tuple[Expr, ...],
                       sc: _Scope) -> list[str]:
@@ -1680,6 +1756,47 @@ def generate(g: Kernels, flush_denormals: bool = False, profile: bool = False,
 
 class _NoFill(Exception):
     """A Rows kernel that is not one product's row blocks plus an epilogue (codegen.fill)."""
+
+
+def _apply_nodes(b: Body) -> list[Apply]:
+    """The computing nodes of body `b`, each shared subtree once."""
+    out: list[Apply] = []
+    seen, stack = set(), [b]
+    while stack:
+        x = stack.pop()
+        if id(x) in seen or not isinstance(x, Apply):
+            continue
+        seen.add(id(x))
+        out.append(x)
+        stack.extend(x.args)
+    return out
+
+
+class _PerOutput(MutableMapping):
+    """The vector code of one of a jammed sum's outputs (CodeGen.jammed): body nodes that
+    read the jammed axis (ids in `private`) are kept per output `j`, the others (and loads,
+    keyed by their index) shared by all."""
+
+    def __init__(self, shared: dict, j: int, private: set[int]) -> None:
+        self.shared, self.j, self.private = shared, j, private
+
+    def _key(self, key: object) -> object:
+        return (key, self.j) if isinstance(key, int) and key in self.private else key
+
+    def __getitem__(self, key: object) -> tuple[str, str, bool]:
+        return self.shared[self._key(key)]
+
+    def __setitem__(self, key: object, value: tuple[str, str, bool]) -> None:
+        self.shared[self._key(key)] = value
+
+    def __delitem__(self, key: object) -> None:
+        del self.shared[self._key(key)]
+
+    def __iter__(self) -> Iterator[object]:
+        return iter(self.shared)
+
+    def __len__(self) -> int:
+        return len(self.shared)
 
 
 class _Scalar(Exception):

@@ -44,10 +44,11 @@ RULES = LOWER + Rules((), (Stage(saturate=("loads",)), Stage(
     bounded=("fuse",), saturate=("views", "loads"), rounds=FUSE_ROUNDS),
     Stage(saturate=("schedules",))))
 # the kernels that carry a schedule: its first field's index (lower_cpu.egg: `par`,
-# `wide`, and a sum's `ahead`), and the values lowering gives them (the schedules ruleset
-# adds the others); lowering's `par` and `ahead` are the seeds'
+# `wide`, and a sum's `ahead` and `jam`), and the values lowering gives them (the schedules
+# ruleset adds the others); lowering's `par` and `ahead` are the seeds'
 SCHEDULED = {"KMap": 1, "KSumReduce": 2, "KMaxReduce": 2, "KOutput": 2}
 PAR_SEED, WIDE_LOWERED, AHEAD_SEED = 1 << 15, 0, 1024
+JAM_VALUES = (1, 2, 4, 8)  # a sum's `jam` (lower_cpu.egg's jam-value), lowered as 1
 # seeds (and kernels without a schedule): a kernel whose output rows hold a multiple of
 # WIDE_LANES elements, or at least WIDE_MIN_ROW, or a reduction whose reduced axis does,
 # is vectorized 64 bytes wide (`wide`): GCC 12 vectorizes 32 bytes wide for a CPU it does
@@ -517,7 +518,8 @@ class Kernels:
     amx: set[int] = field(default_factory=set)  # ... by lumos_gemm_amx (bf16x3)
     par: dict[int, int] = field(default_factory=dict)  # kernel -> its schedule's `par`
     wide: dict[int, bool] = field(default_factory=dict)  # ... `wide`
-    ahead: dict[int, int] = field(default_factory=dict)  # ... and a sum's `ahead`
+    ahead: dict[int, int] = field(default_factory=dict)  # ... a sum's `ahead`
+    jam: dict[int, int] = field(default_factory=dict)  # ... and its `jam`
     # decoded from a genome: node -> (the e-class it writes, the e-classes its code is from)
     origin: dict[int, tuple[int, frozenset[int]]] = field(default_factory=dict)
 
@@ -723,10 +725,10 @@ def from_genome(space: SearchSpace, choice: Mapping[int, int] | Sequence[int],
                                   axis=f[1] if op in REDUCE else None,
                                   persist=f[1] if op == "Output" else False), b)
             if n.op in SCHEDULED:
-                par, wide, *ahead = schedule(n)
+                par, wide, *rest = schedule(n)
                 k.par[built[c]], k.wide[built[c]] = par, bool(wide)
-                if ahead:
-                    k.ahead[built[c]] = ahead[0]
+                if rest:
+                    k.ahead[built[c]], k.jam[built[c]] = rest
         elif n.op in ("KGemm", "KGemmOwn", "KGemmAmx"):
             built[c] = k.add(Node("Gemm", tuple(built[a] for a in n.children),
                                   gemm_views(n, bounds), f[0], k.nodes[built[n.children[0]]].dtype,
@@ -819,13 +821,13 @@ NARROW_INTS = frozenset({"i8", "u8", "i16"})  # (seeds: a weight's value stored 
 
 
 def schedule(n: ENode) -> tuple:
-    """A scheduled kernel's schedule fields: (par, wide) and a sum's ahead."""
+    """A scheduled kernel's schedule fields: (par, wide) and a sum's (ahead, jam)."""
     return n.fields[SCHEDULED[n.op]:]
 
 
 def lowered(op: str) -> tuple:
     """The schedule lowering gives kernels of `op`."""
-    return (PAR_SEED, WIDE_LOWERED, AHEAD_SEED) if op == "KSumReduce" else \
+    return (PAR_SEED, WIDE_LOWERED, AHEAD_SEED, 1) if op == "KSumReduce" else \
         (PAR_SEED, WIDE_LOWERED)
 
 
@@ -874,7 +876,11 @@ def seeds(space: SearchSpace, env: Mapping[str, int], genomes: Genomes | None = 
     is stored, not inlined: its kernel runs once per binding (codegen.generate), its
     readers read a byte an element instead of unpacking bits; what such kernels alone
     read is inlined into them (run once, it would only take memory stored).
-    Each kernel's schedule: `par` and `ahead` as lowered, 64-byte vectors by `wide_seed`.
+    Each kernel's schedule: `par` and `ahead` as lowered, 64-byte vectors by `wide_seed`;
+    a sum whose product reads a computed factor the same along its first axis (packed
+    weights of a batch's product) computes its outputs along that axis together, as many
+    as there are (up to 8: `jam`), and a value it reads through a broadcast along that
+    axis counts as no broadcast (it is computed once for them all).
     `env` gives the dims' sizes, `bounds` their ranges; `genomes`, the space's Genomes if
     the caller made one.
     The search times the seeds like any other candidate."""
@@ -926,6 +932,44 @@ def seeds(space: SearchSpace, env: Mapping[str, int], genomes: Genomes | None = 
     ops: dict[int, int] = {}  # buffer class -> elementwise ops its body inlines (chosen so)
     decided: dict[int, bool] = {}  # ELoad class -> inline?
 
+    def jam(n: ENode) -> int:
+        """A sum computes outputs along its first axis together (up to its extent) where
+        its product reads a computed factor that is the same for all of them (a
+        matrix-vector product of a batch: packed weights unpacked once for its rows)."""
+        if n.op != "KSumReduce" or len(n.fields[0]) < 2:
+            return 1
+        extent = _numel(n.fields[0][:1], env)
+        shared = any(ld.op == "ELoad" and "z0" not in compose(ld.fields[0], {}).index.vars()
+                     and not any(m.op in ("Input", "Constant")
+                                 for m in space.classes[ld.children[0]])
+                     for e in space.classes[n.children[0]] if e.op == "EMul"
+                     for ch in e.children for ld in space.classes[ch])
+        return max(j for j in JAM_VALUES if j <= extent) if shared else 1
+
+    @functools.cache
+    def holders(c: int, depth: int = 0) -> frozenset[int]:
+        """The kernels whose bodies hold class c (a read made by fusion, which the
+        unfused program does not have), through the body nodes above it."""
+        out: set[int] = set()
+        for pc, pn in parents.get(c, ()):
+            if pn.op.startswith("K"):
+                out.add(pc)
+            elif pn.op.startswith("E") and depth <= FUSE_ROUNDS:
+                out |= holders(pc, depth + 1)
+        return frozenset(out)
+
+    @functools.cache
+    def jammed(k: int, depth: int = 0) -> bool:
+        """Whether kernel class k is a jammed sum, or a map read only where such sums
+        inline it (a product's multiply)."""
+        if any(m.op == "KSumReduce" and jam(m) > 1 for m in space.classes[k]):
+            return True
+        if depth > FUSE_ROUNDS or not any(m.op == "KMap" for m in space.classes[k]):
+            return False
+        reads = views_read.get(k, ())
+        return bool(reads) and all(owners(r) and all(jammed(o, depth + 1) for o in owners(r))
+                                   for r in reads)
+
     def inline(c: int) -> bool:
         if c not in decided:
             load = next((n for n in space.classes[c] if n.op == "ELoad"), None)
@@ -937,8 +981,12 @@ def seeds(space: SearchSpace, env: Mapping[str, int], genomes: Genomes | None = 
             else:
                 view = compose(load.fields[0], {})
                 used = view.index.vars()
+                # (a sum jammed along its first axis computes what it reads the same
+                # along it once for the outputs it computes together)
+                held = owners(c) or holders(c)
+                jam0 = bool(held) and all(jammed(k) for k in held)
                 broadcast = any(f"z{k}" not in used and _numel((e,), env) > 1
-                                and not _once(view, k)
+                                and not _once(view, k) and not (k == 0 and jam0)
                                 for k, e in enumerate(view.shape))
                 # a reduction is inlined only where each of its outputs is read once (an
                 # im2col copy reads a pooled activation 9 times: 4 max steps each) and in
@@ -1155,11 +1203,12 @@ def seeds(space: SearchSpace, env: Mapping[str, int], genomes: Genomes | None = 
                 return float((n.op == "ELoad") == inline(c)) if not n.op.startswith("EGemm") \
                     and n.op != "ERows" else 1.0
             if n.op in SCHEDULED:
-                par, w, *ahead = schedule(n)
+                par, w, *rest = schedule(n)
                 return float(par != PAR_SEED) + float(bool(w) != wide(n)) + \
-                    float(ahead not in ([], [AHEAD_SEED]))
+                    float(rest not in ([], [AHEAD_SEED, jam(n)]))
             return 0.0
         return cost
+
     return fused(-1.0), fused(1.0)
 
 
