@@ -122,3 +122,26 @@ def read_bandwidth(repeats: int) -> tuple[float, int]:
 
         best = max(best, (a.nbytes / median_time(run, repeats), threads))
     return best
+
+
+def llama_cpp_model(path: str, n_ctx: int, threads: int | None = None) -> object:
+    """A llama_cpp.Llama on `threads` threads (default: one per CPU). Its AMX weight
+    repacking (extra buffer types) crashes on Q4_1 on the Xeon, so it loads with
+    use_extra_bufts off."""
+    import llama_cpp
+    from llama_cpp import llama_cpp as lib
+
+    default = lib.llama_model_default_params
+
+    def params() -> object:
+        p = default()
+        p.use_extra_bufts = False
+        return p
+
+    threads = threads or os.cpu_count()
+    lib.llama_model_default_params = params
+    try:
+        return llama_cpp.Llama(str(path), n_ctx=n_ctx, n_threads=threads,
+                               n_threads_batch=threads, verbose=False)
+    finally:
+        lib.llama_model_default_params = default

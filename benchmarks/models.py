@@ -56,7 +56,14 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from common import interleaved, keep_freed_memory, median_time, openblas_core, read_bandwidth
+from common import (
+    interleaved,
+    keep_freed_memory,
+    llama_cpp_model,
+    median_time,
+    openblas_core,
+    read_bandwidth,
+)
 
 from lumos.search import CompileOptions
 
@@ -177,26 +184,12 @@ def hf_llm(m: Any, prompt: list[int], prefill: list[int], steps: list[int],
 
 def llama_cpp_llm(path: Path, prompt: list[int], prefill: list[int], steps: list[int],
                   rounds: int, context: int) -> dict:
-    """llama.cpp through llama-cpp-python, one thread per CPU. Its AMX weight repacking
-    (extra buffer types) crashes on Q4_1 here, so it loads with use_extra_bufts off."""
+    """llama.cpp through llama-cpp-python, one thread per CPU (common.llama_cpp_model)."""
     import llama_cpp
-    from llama_cpp import llama_cpp as lib
 
-    default = lib.llama_model_default_params
-
-    def params() -> Any:
-        p = default()
-        p.use_extra_bufts = False
-        return p
-
-    lib.llama_model_default_params = params
-    try:
-        t0 = time.perf_counter()
-        llm = llama_cpp.Llama(str(path), n_ctx=context, n_threads=os.cpu_count(),
-                              n_threads_batch=os.cpu_count(), verbose=False)
-        load_s = time.perf_counter() - t0
-    finally:
-        lib.llama_model_default_params = default
+    t0 = time.perf_counter()
+    llm: Any = llama_cpp_model(str(path), context)
+    load_s = time.perf_counter() - t0
 
     def run_prefill() -> None:
         llm.reset()

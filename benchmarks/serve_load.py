@@ -31,6 +31,9 @@ import time
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
+
+from common import llama_cpp_model
 
 PROMPTS = ["Once upon a time, there was a little", "The capital of France is",
            "Here is a recipe for a simple soup:", "The three laws of motion are",
@@ -99,7 +102,7 @@ def llama_cpp_peer(path: str, max_tokens: int) -> dict:
         import llama_cpp
     except ModuleNotFoundError:
         return {"skipped": "llama_cpp is not installed"}
-    llm = llama_cpp.Llama(path, n_ctx=1024, n_threads=2, n_threads_batch=2, verbose=False)
+    llm: Any = llama_cpp_model(path, 1024, threads=2)
     t, tokens = time.perf_counter(), 0
     for p in PROMPTS:
         out = llm.create_completion(p, max_tokens=max_tokens, temperature=0.0)
