@@ -186,7 +186,8 @@ def test_a_batched_product_jammed_computes_what_the_oracle_does(qtype: str | Non
     g, weights = batched_matvec(qtype)
     space = space_of(g)
     made = Genomes(space)  # the fused seed's program (the unpacking inlined), that jam
-    genome = made.preferring(seeds(space, {"b": 8}, made, bounds=g.dims)[1], random.Random(0))
+    genome = made.preferring(seeds(space, {"b": 8}, made, frozenset(weights), g.dims)[1],
+                             random.Random(0))
     for c, i in list(genome.items()):
         n = space.classes[c][i]
         if n.op == "KSumReduce":
@@ -198,8 +199,11 @@ def test_a_batched_product_jammed_computes_what_the_oracle_does(qtype: str | Non
     code = "\n".join(u[1] for u in units if not isinstance(u, str))
     # (an f32 row's sum is not split into vector blocks: jam is not rendered there yet)
     assert (f"z0 += {jam})" in code) == (jam > 1 and qtype is not None)
+    if qtype is not None:  # a last group of fewer rows: in groups of 4, 2 and 1
+        assert [p for p in (4, 2, 1) if f"(zleft & {p})" in code] == \
+            [p for p in (4, 2, 1) if p < jam]
     program = build(kernels)
-    for b in (1, 3, 8, 11):
+    for b in (1, 3, 6, 8, 11):
         data = profiling_inputs(g, {"b": b}, 0) | weights
         got = program([data[name] for name in program.layout.input_names], {"b": b})
         for a, w, o in zip(got, run_hlir(g, data, {"b": b}), g.outputs, strict=True):
@@ -207,11 +211,33 @@ def test_a_batched_product_jammed_computes_what_the_oracle_does(qtype: str | Non
 
 
 def test_the_seeds_jam_a_batched_product_up_to_its_batch() -> None:
-    g, _ = batched_matvec()
+    """... of packed weights (unpacked once for the rows), not of f32 ones."""
+    g, weights = batched_matvec()
     space = space_of(g)
     made = Genomes(space)
     for b, want in ((1, 1), (3, 2), (8, 8), (16, 8)):
-        fused = seeds(space, {"b": b}, made, bounds=g.dims)[1]
+        fused = seeds(space, {"b": b}, made, frozenset(weights), g.dims)[1]
         chosen = [n for _, n in extract(space, made.preferring(fused, random.Random(0)))
                   if n.op == "KSumReduce"]
         assert chosen and {schedule(n)[3] for n in chosen} == {want}, b
+    g, weights = batched_matvec(None)
+    space = space_of(g)
+    made = Genomes(space)
+    fused = seeds(space, {"b": 8}, made, frozenset(weights), g.dims)[1]
+    assert {schedule(n)[3] for _, n in extract(space, made.preferring(fused, random.Random(0)))
+            if n.op == "KSumReduce"} == {1}
+
+
+def test_jam_is_offered_where_a_factor_reads_the_same_along_the_first_axis() -> None:
+    """x @ W.T of a batch: offered; a batch of products each of its own (attention's):
+    not."""
+    def jams(g: lumos.Graph) -> set[int]:
+        return {schedule(n)[3] for alts in space_of(g).classes for n in alts
+                if n.op == "KSumReduce"}
+
+    assert jams(batched_matvec(None)[0]) == set(JAM_VALUES)
+    g = lumos.Graph()
+    g.dim("b", 1, 16)
+    a, c = g.tensor(("b", 8, 32), lumos.f32, "a"), g.tensor(("b", 32, 16), lumos.f32, "c")
+    (a @ c).output()
+    assert jams(g) == {1}

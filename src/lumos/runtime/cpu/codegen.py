@@ -61,7 +61,7 @@ from lumos.runtime.cpu.kernels import (
     wide_seed,
     windows,
 )
-from lumos.shape import Expr, Num, Var, View, emin, simplify, z
+from lumos.shape import Expr, Num, Var, View, simplify, z
 from lumos.shape.expr import ONE, ZERO
 from lumos.shape.view import numel
 
@@ -1123,17 +1123,12 @@ class _Codegen:
     def jammed(self, n: Node, b: Body, m: dict, out_index: Expr,
                loop: tuple) -> Callable[[_Scope], list[str]]:
         """The body of a vector sum computing `self.jam` outputs along the first axis at
-        once (z0 .. z0 + jam - 1, those past the axis' end not stored): what does not read
-        that axis (a matrix-vector product's unpacked weights) is computed once for all
-        of them, each output accumulating into a vector of its own. Raises _Scalar where
-        the body is not vector code."""
+        once (z0 .. z0 + jam - 1; a last group of fewer rows in groups of half as many,
+        and so on): what does not read that axis (a matrix-vector product's unpacked
+        weights) is computed once for the group, each output accumulating into a vector
+        of its own. Raises _Scalar where the body is not vector code."""
         lanes, inner, unroll, names, sizes = loop  # (as `reduce` splits the sum)
         shape, dt, jam = n.shape, n.dtype, self.jam
-        last = self.ren(shape[0]) - 1
-        at = [{"z0": emin(Var("z0") + j, last)} for j in range(jam)]  # output j's row
-
-        def moved(mc: dict, j: int) -> dict:  # (input axes before the sum's are the output's)
-            return {"z0": at[j]["z0"]} | {k: e.subs(at[j]) for k, e in mc.items()}
         private = {id(x) for x in _apply_nodes(b) if any(
             "z0" in (self.prep(ld.view.index.subs(m), shape).vars() |
                      self.prep(ld.view.valid.subs(m), shape).vars())
@@ -1142,12 +1137,14 @@ class _Codegen:
         width = min(lanes, register)
         if width not in (8, 16) or width != register:
             raise _Scalar
-        acc_t = value_type(dt)
+        acc_t, lv = value_type(dt), _vtype(value_type(dt), width)
 
-        def body(sc: _Scope) -> list[str]:
+        def rows(sc: _Scope, count: int, zo: Expr) -> list[str]:
+            """The outputs at rows z0 + zo .. z0 + zo + count - 1."""
+            at = [{"z0": Var("z0") + zo + j} for j in range(count)]  # output j's row
             loops = [f"for (int64_t {v} = 0; {v} < {s.to_c()}; {v}++) {{"
                      for v, s in zip(names[:unroll], sizes[:unroll], strict=True)]
-            rb = sc.bounds | {"zr": (0, inner - 1)} | {
+            rb = sc.bounds | {"zr": (0, inner - 1), "zo": (0, jam - 1)} | {
                 v: (0, s - 1) for v, s in zip(names[:unroll], sizes[:unroll], strict=True)}
             cases = [{k: e.subs(dict(zip(names[unroll:], values, strict=True)))
                       for k, e in m.items()}
@@ -1155,8 +1152,8 @@ class _Codegen:
             copies = []
             for mc in cases:
                 rs, stmts, adds, shared = _Scope("zr", rb, self._name), [], [], {}
-                for j in range(jam):
-                    mj = moved(mc, j)
+                for j in range(count):  # (input axes before the sum's are the output's)
+                    mj = {"z0": at[j]["z0"]} | {k: e.subs(at[j]) for k, e in mc.items()}
                     done = _PerOutput(shared, j, private)
                     factors = self.fma_factors(b, mj, shape, rs, stmts, done, width)
                     if factors:
@@ -1168,16 +1165,25 @@ class _Codegen:
                 copies += ["{", *rs.decls,
                            f"for (int64_t zr = 0; zr < {lanes}; zr += {width}) {{",
                            *stmts, *adds, "}", "}"]
-            lv = _vtype(acc_t, width)
-            head = [*self.prefetch_rows(b, m, shape, sc), f"{lv} lv[{jam}];",
-                    f"for (int zl = 0; zl < {jam}; zl++) lv[zl] = ({lv}){{0}};"]
+            head = [f"{lv} lv[{count}];",
+                    f"for (int zl = 0; zl < {count}; zl++) lv[zl] = ({lv}){{0}};"]
             tail = []
-            for j in range(jam):
-                to = sc.index(out_index.subs(at[j]))
+            for j in range(count):  # (the index written out: zo is set in the body)
+                to = self.prep(out_index.subs(at[j]), shape).to_c(rb)
                 tail += ["{", f"{acc_t} acc = 0;", *_lane_sum(f"(lv + {j})", 1, acc_t, width),
-                         f"if (z0 + {j} <= {last.to_c(rb)}) "
                          f"{self.out}[{to}{self.out_shift}] = {store(dt, 'acc')};", "}"]
-            return [*head, *loops, *copies, *["}"] * len(loops), *tail]
+            return ["{", *head, *loops, *copies, *["}"] * len(loops), *tail, "}"]
+
+        def body(sc: _Scope) -> list[str]:
+            left = f"{(self.ren(shape[0]) - Var('z0')).to_c(sc.bounds)}"
+            rest = ["int64_t zo = 0;"]
+            part = jam // 2
+            while part:
+                rest += [f"if (zleft & {part}) {{", *rows(sc, part, Var("zo")),
+                         f"zo += {part};", "}"]
+                part //= 2
+            return [*self.prefetch_rows(b, m, shape, sc), f"const int64_t zleft = {left};",
+                    f"if (zleft >= {jam}) {{", *rows(sc, jam, Num(0)), "} else {", *rest, "}"]
         return body
 
     def prefetch_rows(self, b: Body, m: dict, shape: tuple[Expr, ...],

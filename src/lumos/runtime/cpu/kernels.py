@@ -927,6 +927,11 @@ def seeds(space: SearchSpace, env: Mapping[str, int], genomes: Genomes | None = 
                 n.op not in ("Input", "Iota") and n.children and \
                 all(ch in of_weights for ch in n.children):
             of_weights.add(c)
+    unpacked: set[int] = set()  # ... of which some read weights packed as integers
+    for c, n in program:
+        if c in of_weights and (n.op == "Input" and n.fields[1] in NARROW_INTS or
+                                any(ch in unpacked for ch in n.children)):
+            unpacked.add(c)
     stored = {c for c, n in program if n.op == "KMap" and c in of_weights and any(
         m.op == "ECast" and m.fields[0] in NARROW_INTS for m in space.classes[n.children[0]])}
     ops: dict[int, int] = {}  # buffer class -> elementwise ops its body inlines (chosen so)
@@ -934,14 +939,14 @@ def seeds(space: SearchSpace, env: Mapping[str, int], genomes: Genomes | None = 
 
     def jam(n: ENode) -> int:
         """A sum computes outputs along its first axis together (up to its extent) where
-        its product reads a computed factor that is the same for all of them (a
-        matrix-vector product of a batch: packed weights unpacked once for its rows)."""
+        its product reads a factor unpacked from integer weights that is the same for all
+        of them (a matrix-vector product of a batch: the weights unpacked once for its
+        rows)."""
         if n.op != "KSumReduce" or len(n.fields[0]) < 2:
             return 1
         extent = _numel(n.fields[0][:1], env)
         shared = any(ld.op == "ELoad" and "z0" not in compose(ld.fields[0], {}).index.vars()
-                     and not any(m.op in ("Input", "Constant")
-                                 for m in space.classes[ld.children[0]])
+                     and ld.children[0] in unpacked
                      for e in space.classes[n.children[0]] if e.op == "EMul"
                      for ch in e.children for ld in space.classes[ch])
         return max(j for j in JAM_VALUES if j <= extent) if shared else 1
