@@ -66,8 +66,18 @@ def test_a_store_that_is_off_corrupt_or_unwritable_is_none(tmp_path, monkeypatch
 
 def test_a_second_compile_starts_from_the_verdicts_the_first_measured(tmp_path, monkeypatch):
     """What the second search then does with them depends on the machine's timings (the
-    path from its incumbent may meet other moves): the search test above pins that."""
-    monkeypatch.setenv("LUMOS_CACHE", str(tmp_path))  # (artifacts are off in the tests)
+    path from its incumbent may meet other moves): the search test above pins that. On a
+    busy machine the first search may keep no verdict at all (every move within the
+    noise): then the pair of compiles is tried again in a fresh cache, three times at most."""
+    for tries in range(3):
+        monkeypatch.setenv("LUMOS_CACHE", str(tmp_path / str(tries)))  # (artifacts are off)
+        if _two_compiles(monkeypatch, last=tries == 2):
+            return
+
+
+def _two_compiles(monkeypatch, last: bool) -> bool:
+    """The same graph compiled twice; False where the first search learned nothing and
+    this is not the `last` try."""
     searches = []
 
     class Recorded(KernelSearch):
@@ -97,8 +107,11 @@ def test_a_second_compile_starts_from_the_verdicts_the_first_measured(tmp_path, 
         np.testing.assert_allclose(prog.get(y), want, rtol=1e-4, atol=1e-4)
     first, second = searches
     learned = first.learned()
+    if not learned and not last:
+        return False
     assert learned and first._known == {} and records[0].recalled == 0
     assert second._known == learned  # all the first measured, and only that
     assert records[1].learned == len(second.learned())
     store = Verdicts(program_module.measured_under([{}])).load()
     assert store == {**learned, **second.learned()}
+    return True

@@ -1169,7 +1169,7 @@ class _Codegen:
                     f"for (int zl = 0; zl < {count}; zl++) lv[zl] = ({lv}){{0}};"]
             tail = []
             for j in range(count):  # (the index written out: zo is set in the body)
-                to = self.prep(out_index.subs(at[j]), shape).to_c(rb)
+                to = out_index.subs(at[j]).to_c(rb)
                 tail += ["{", f"{acc_t} acc = 0;", *_lane_sum(f"(lv + {j})", 1, acc_t, width),
                          f"{self.out}[{to}{self.out_shift}] = {store(dt, 'acc')};", "}"]
             return ["{", *head, *loops, *copies, *["}"] * len(loops), *tail, "}"]
