@@ -1052,17 +1052,11 @@ class _Codegen:
             not dt.is_bool and acc_t == vt
 
         def body(sc: _Scope) -> list[str]:
-            loops = [f"for (int64_t {v} = 0; {v} < {s.to_c()}; {v}++) {{"
-                     for v, s in zip(names[:unroll], sizes[:unroll], strict=True)]
-            combos = list(product(*(range(s.value) for s in sizes[unroll:])))
-            rb = sc.bounds | {"zr": (0, inner - 1)} | {
-                v: (0, s - 1) for v, s in zip(names[:unroll], sizes[:unroll], strict=True)}
-            cases = [{k: e.subs(dict(zip(names[unroll:], values, strict=True)))
-                      for k, e in m.items()} for values in combos]
+            loops, rb, cases = _split_loops(sc, m, (lanes, inner, unroll, names, sizes))
             head = [f"{acc_t} acc = {init};", *(["int nan = 0;"] if nan else [])]
             tail = [*(["if (nan) acc = NAN;"] if nan else []),
                     f"{self.out}[{sc.index(out_index)}{self.out_shift}] = {store(dt, 'acc')};"]
-            n_lanes = lanes * len(combos)
+            n_lanes = lanes * len(cases)
             if vector:
                 try:  # the lanes as vectors of (at most) one register each
                     register = vector_bytes() // 4  # floats in this machine's registers
@@ -1127,7 +1121,7 @@ class _Codegen:
         and so on): what does not read that axis (a matrix-vector product's unpacked
         weights) is computed once for the group, each output accumulating into a vector
         of its own. Raises _Scalar where the body is not vector code."""
-        lanes, inner, unroll, names, sizes = loop  # (as `reduce` splits the sum)
+        lanes = loop[0]  # (the sum split as `reduce` splits it: _split_loops)
         shape, dt, jam = n.shape, n.dtype, self.jam
         private = {id(x) for x in _apply_nodes(b) if any(
             "z0" in (self.prep(ld.view.index.subs(m), shape).vars() |
@@ -1142,13 +1136,8 @@ class _Codegen:
         def rows(sc: _Scope, count: int, zo: Expr) -> list[str]:
             """The outputs at rows z0 + zo .. z0 + zo + count - 1."""
             at = [{"z0": Var("z0") + zo + j} for j in range(count)]  # output j's row
-            loops = [f"for (int64_t {v} = 0; {v} < {s.to_c()}; {v}++) {{"
-                     for v, s in zip(names[:unroll], sizes[:unroll], strict=True)]
-            rb = sc.bounds | {"zr": (0, inner - 1), "zo": (0, jam - 1)} | {
-                v: (0, s - 1) for v, s in zip(names[:unroll], sizes[:unroll], strict=True)}
-            cases = [{k: e.subs(dict(zip(names[unroll:], values, strict=True)))
-                      for k, e in m.items()}
-                     for values in product(*(range(s.value) for s in sizes[unroll:]))]
+            loops, rb, cases = _split_loops(sc, m, loop)
+            rb["zo"] = (0, jam - 1)
             copies = []
             for mc in cases:
                 rs, stmts, adds, shared = _Scope("zr", rb, self._name), [], [], {}
@@ -1762,6 +1751,20 @@ def generate(g: Kernels, flush_denormals: bool = False, profile: bool = False,
 
 class _NoFill(Exception):
     """A Rows kernel that is not one product's row blocks plus an epilogue (codegen.fill)."""
+
+
+def _split_loops(sc: _Scope, m: dict, loop: tuple) -> tuple[list[str], dict, list[dict]]:
+    """A split sum's loops (`loop`: lanes, inner, unroll, names, sizes as `reduce` splits
+    it): the C loops of its outer variables not unrolled, the bounds inside them, and the
+    index map `m` for each unrolled copy."""
+    _, inner, unroll, names, sizes = loop
+    loops = [f"for (int64_t {v} = 0; {v} < {s.to_c()}; {v}++) {{"
+             for v, s in zip(names[:unroll], sizes[:unroll], strict=True)]
+    rb = sc.bounds | {"zr": (0, inner - 1)} | {
+        v: (0, s - 1) for v, s in zip(names[:unroll], sizes[:unroll], strict=True)}
+    cases = [{k: e.subs(dict(zip(names[unroll:], values, strict=True))) for k, e in m.items()}
+             for values in product(*(range(s.value) for s in sizes[unroll:]))]
+    return loops, rb, cases
 
 
 def _apply_nodes(b: Body) -> list[Apply]:

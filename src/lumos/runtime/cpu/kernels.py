@@ -877,10 +877,10 @@ def seeds(space: SearchSpace, env: Mapping[str, int], genomes: Genomes | None = 
     readers read a byte an element instead of unpacking bits; what such kernels alone
     read is inlined into them (run once, it would only take memory stored).
     Each kernel's schedule: `par` and `ahead` as lowered, 64-byte vectors by `wide_seed`;
-    a sum whose product reads a computed factor the same along its first axis (packed
-    weights of a batch's product) computes its outputs along that axis together, as many
-    as there are (up to 8: `jam`), and a value it reads through a broadcast along that
-    axis counts as no broadcast (it is computed once for them all).
+    a sum whose product reads weights unpacked from integers the same along its first
+    axis (a batch's product) computes its outputs along that axis together, as many as
+    there are (up to 8: `jam`), and a value it reads through a broadcast along that axis
+    counts as no broadcast (it is computed once for them all).
     `env` gives the dims' sizes, `bounds` their ranges; `genomes`, the space's Genomes if
     the caller made one.
     The search times the seeds like any other candidate."""
@@ -937,6 +937,7 @@ def seeds(space: SearchSpace, env: Mapping[str, int], genomes: Genomes | None = 
     ops: dict[int, int] = {}  # buffer class -> elementwise ops its body inlines (chosen so)
     decided: dict[int, bool] = {}  # ELoad class -> inline?
 
+    @functools.cache
     def jam(n: ENode) -> int:
         """A sum computes outputs along its first axis together (up to its extent) where
         its product reads a factor unpacked from integer weights that is the same for all
@@ -1213,7 +1214,6 @@ def seeds(space: SearchSpace, env: Mapping[str, int], genomes: Genomes | None = 
                     float(rest not in ([], [AHEAD_SEED, jam(n)]))
             return 0.0
         return cost
-
     return fused(-1.0), fused(1.0)
 
 
