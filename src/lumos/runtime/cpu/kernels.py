@@ -852,9 +852,7 @@ def seeds(space: SearchSpace, env: Mapping[str, int], genomes: Genomes | None = 
     elementwise producer into a kernel reading it unless that kernel reads it through a
     broadcast (every element computed again per broadcast step) or the producer has
     readers that are not all computed by one kernel (its `home`: then it is computed once
-    there, however many reads; a where's Gather is a reader, and reads that differ only
-    by size-1 axes or a stacked pair's guarded axis are one read: GELU's erf, one pass)
-    and is not cheap: `DUPLICATE_OPS` ops of recomputation per
+    there, however many reads) and is not cheap: `DUPLICATE_OPS` ops of recomputation per
     extra reader at most (so a residual stream is stored now and then, not recomputed from
     its start; a ConvNeXt block's depthwise convolution, read by its layer norm's mean,
     variance and output, is computed once).
