@@ -737,8 +737,10 @@ def erf(x: Tensor) -> Tensor:
     else:
         near = add(x, mul(x, _horner(x2, _ERF_A)))
         e = exp2(_horner(minimum(a, 4.0), _ERF_B))  # (past 4 the fit turns: clamped)
-        far = mul(sub(1.0, e), where(lt(x, 0.0), -1.0, 1.0))  # (e read once: a select's
-        y = where(lt(a, 0.921875), near, far)                 # operands are computed each)
+        # signed by a select of constants: a select between 1 - e and e - 1 would have
+        # its fused kernel compute e for each operand
+        far = mul(sub(1.0, e), where(lt(x, 0.0), -1.0, 1.0))
+        y = where(lt(a, 0.921875), near, far)
     return record_vjp(y, x, lambda g: mul(g, mul(exp(mul(x2, -1.0)), 2.0 / math.sqrt(math.pi))))
 
 
