@@ -218,3 +218,28 @@ def test_guarded_rows_read_the_data_or_zeros_block_by_block() -> None:
         _, *kernels = generate(from_genome(space, genome, g.dims))[0]
         assert any("lumos_zero_row)" in text for _, text in kernels)
         run_genome(g, space, genome)
+
+
+def _window_sum(width: int, rows: int = 5) -> lumos.Graph:
+    """A 7-tap window along the last axis over a zero-padded row (a depthwise
+    convolution's row), weighted per tap, with a sin after it (one fused Map)."""
+    def make(g: lumos.Graph) -> lumos.Tensor:
+        x = g.tensor((rows, width), lumos.f32, "x").pad((3, 3))
+        w = g.tensor((7,), lumos.f32, "w")
+        return sum((x[:, t:t + width] * w[t] for t in range(7)),
+                   g.tensor((rows, 1), lumos.f32, "b")).sin()
+    return graph(make)
+
+
+@pytest.mark.parametrize("width", [1, 4, 6, 7, 31, 97])
+def test_padded_windows_split_the_row_at_its_interior(width: int) -> None:
+    """A fused kernel reading a padded row computes its interior (where no tap reads
+    padding) in a loop of its own with its guards folded away, and its two edges as
+    guarded; on rows too short to have an interior, too. Each equals the oracle."""
+    g = _window_sum(width)
+    space = space_of(g)
+    genome = fused(space)
+    _, *kernels = generate(from_genome(space, genome, g.dims))[0]
+    interior = [text for _, text in kernels if "LUMOS_MAX(lo, 3)" in text]
+    assert bool(interior) == (width > 6)
+    assert run_genome(g, space, genome) == 1

@@ -62,7 +62,7 @@ from lumos.runtime.cpu.kernels import (
     windows,
 )
 from lumos.shape import Expr, Num, Var, View, simplify, z
-from lumos.shape.expr import ONE, ZERO
+from lumos.shape.expr import ONE, ZERO, emax, emin
 from lumos.shape.view import numel
 
 _C = Path(__file__).with_name("c")  # the fixed C: prelude, own and AMX products, driver
@@ -272,6 +272,23 @@ class _WindowsCode:
     work: str
 
 
+UNSWITCH = 2  # the most conditions a loop is unswitched on (2^UNSWITCH copies of it)
+
+
+def _unswitched(preds: list[str], loop: list[str]) -> list[str]:
+    """`loop` once for each value of the loop-invariant conditions it tests (the first
+    UNSWITCH of them), each copy with its conditions' values written in: a select on a
+    row's guard (a stacked pair's half) is then no select, and a copy computes only its
+    own side, whatever GCC's if-conversion would otherwise do with both."""
+    text = "\n".join(loop)
+    used = [p for p in preds if re.search(rf"\b{p}\b", text)][:UNSWITCH]
+    if not used:
+        return loop
+    p, sub = used[0], re.compile(rf"\b{used[0]}\b")
+    return [f"if ({p}) {{", *_unswitched(used[1:], [sub.sub("1", x) for x in loop]),
+            "} else {", *_unswitched(used[1:], [sub.sub("0", x) for x in loop]), "}"]
+
+
 class _Scope:
     """One loop level with variable `var`: expressions linear in it get their base
     hoisted into `decls` (emitted just before the loop); others are inlined."""
@@ -279,6 +296,10 @@ class _Scope:
     def __init__(self, var: str | None, bounds: dict, names: Callable[[], str]) -> None:
         self.var, self.bounds, self.names = var, bounds, names
         self.decls: list[str] = []
+        self.preds: list[str] = []  # the hoisted conditions (C ints), in order
+        # the guards' bounds on `var` (v >= lo, v < hi), each free of other loop variables
+        self.lows: list[Expr] = []
+        self.highs: list[Expr] = []
         self._hoisted: dict[Expr, str] = {}
         self._values: dict[str, str] = {}
 
@@ -289,6 +310,8 @@ class _Scope:
         if name is None:
             name = self._hoisted[e] = self.names()
             self.decls.append(f"const {ctype} {name} = {e.to_c(self.bounds)};")
+            if ctype == "int":
+                self.preds.append(name)
         return name
 
     def hoist_value(self, c: str, ctype: str) -> str:
@@ -314,8 +337,33 @@ class _Scope:
 
     def pred(self, e: Expr) -> str:
         if self.var is None or self.var in e.vars():
+            if self.var is not None:
+                self._limits(e)
             return e.to_c(self.bounds)
         return self._hoist(e, "int")
+
+    def _limits(self, e: Expr) -> None:
+        """Record where each comparison of `e`'s conjunction that is v + c against
+        loop-invariant sizes (a padded window, a stacked pair's half) holds."""
+        if e.op == "and":
+            for a in e.args:
+                self._limits(a)
+            return
+        if e.op not in ("lt", "ge"):
+            return
+        v = self.var
+        d = e.args[0] - e.args[1]
+        rest = d.subs({v: 0})
+        step = d.subs({v: 1}) - rest
+        if not step.is_num or abs(step.value) != 1 or rest + Var(v) * step is not d or \
+                any(n.startswith("z") for n in rest.vars()):
+            return
+        if e.op == "lt":  # v + rest < 0, or rest - v < 0
+            (self.highs if step.value == 1 else self.lows).append(
+                -rest if step.value == 1 else rest + 1)
+        else:  # v + rest >= 0, or rest - v >= 0
+            (self.lows if step.value == 1 else self.highs).append(
+                -rest if step.value == 1 else rest + 1)
 
 
 class _Codegen:
@@ -414,13 +462,14 @@ class _Codegen:
     def nest(self, shape: tuple[Expr, ...], body: Callable[[_Scope], list[str]],
              work: Expr | None, around: tuple[list[str], str, list[str]] | None = None,
              extra: Mapping | None = None, block: int = BLOCK,
-             jam: int = 1) -> list[str]:
+             jam: int = 1, split: bool = False) -> list[str]:
         """Loops over `shape` row-major; the innermost axis in blocks. Parallel over the
         outer axes and blocks (of `block` elements) when `work` (elements of work) is
         large; sequential if None. `jam` > 1: the first axis steps by that many (the
         body computes the outputs at z0 .. z0 + jam - 1 that are in the shape).
         `around` = (before, loop, after): a loop run inside each block around the
-        innermost loop (an outer reduction), whose variable's bounds are in `extra`."""
+        innermost loop (an outer reduction), whose variable's bounds are in `extra`.
+        `split`: the innermost loop split at its guards' bounds (see interior)."""
         bounds = self.bounds(shape) | dict(extra or {})
         active = [k for k, s in enumerate(shape) if s is not ONE]
         if not active:
@@ -432,6 +481,12 @@ class _Codegen:
         zl = f"z{last}"
         sc = _Scope(zl, bounds, self._name)
         inner = body(sc)
+        pragma = "#pragma omp simd" if around and around[1] else "#pragma GCC ivdep"
+        loop_lines = self.interior(sc, body, inner, bounds, shape[last], pragma) \
+            if split and not (self.tiles or self.rows_in or self.windowed or self.filling) else None
+        if loop_lines is None:
+            loop_lines = [*sc.decls, *_unswitched(sc.preds, [  # outputs never alias inputs
+                pragma, f"for (int64_t {zl} = lo; {zl} < hi; {zl}++) {{", *inner, "}"])]
         lines = []
         work = None if work is None else self.ren(work)
         if (cond := self.parallel_if(work)) is not None:
@@ -444,9 +499,7 @@ class _Codegen:
         blocks = [
             f"for (int64_t zb = 0; zb < ({size[last]} + {block - 1}) / {block}; zb++) {{",
             f"const int64_t lo = zb * {block}, hi = LUMOS_MIN(lo + {block}, {size[last]});",
-            *before, *([loop + " {"] if loop else []),
-            *sc.decls, "#pragma omp simd" if loop else "#pragma GCC ivdep",  # outputs never
-            f"for (int64_t {zl} = lo; {zl} < hi; {zl}++) {{", *inner, "}",  # alias inputs
+            *before, *([loop + " {"] if loop else []), *loop_lines,
             *(["}"] if loop else []), *after, "}"]  # (restrict is lost in omp)
         if self.filling:  # a Rows kernel's band: its product's rows, then its outputs there
             band = self.tiled(shape, active, bounds, blocks, work) if self.tiles else None
@@ -682,6 +735,39 @@ class _Codegen:
         return ["{", *head, "const int64_t tb = 0;", *lines, *tail, "}"]
 
     # -- kernels -----------------------------------------------------------------
+    def interior(self, sc: _Scope, body: Callable[[_Scope], list[str]], inner: list[str],
+                 bounds: dict, size: Expr, pragma: str) -> list[str] | None:
+        """The innermost loop of a block [lo, hi) as three: its part where every guard
+        compared with its variable holds (a padded window's interior, rendered again
+        with the variable's bounds narrowed there, so those guards fold away and its
+        reads are plain loads that vectorize), and the parts before and after it as
+        rendered for the whole row. None: no such guard, or no interior."""
+        v = sc.var
+        assert v is not None
+        if not sc.lows and not sc.highs:
+            return None
+        a: Expr = ZERO
+        for x in sc.lows:
+            a = emax(a, x)
+        b: Expr = self.ren(size)
+        for x in sc.highs:
+            b = emin(b, x)
+        if a.is_num and b.is_num and a.value >= b.value:
+            return None
+        inside = _Scope(v, bounds | {v: (a, b - 1)}, self._name)
+        middle = body(inside)
+        m0, m1 = self._name(), self._name()
+
+        def loop(start: str, end: str, lines: list[str]) -> list[str]:
+            return [pragma, f"for (int64_t {v} = {start}; {v} < {end}; {v}++) {{", *lines, "}"]
+        return [*sc.decls,  # (the interior's own loads only where it has elements)
+                f"const int64_t {m0} = LUMOS_MIN(LUMOS_MAX(lo, {a.to_c(bounds)}), hi);",
+                f"const int64_t {m1} = LUMOS_MAX(LUMOS_MIN(hi, {b.to_c(bounds)}), {m0});",
+                *_unswitched(sc.preds, loop("lo", m0, inner)),
+                f"if ({m0} < {m1}) {{", *inside.decls,
+                *_unswitched(inside.preds, loop(m0, m1, middle)), "}",
+                *_unswitched(sc.preds, loop(m1, "hi", inner))]
+
     def parallel_if(self, work: Expr | None) -> str | None:
         """The clause of a kernel's parallel pragma given its elements of `work` under its
         schedule's `par` ("" always on all threads, " if(...)" from `par` elements of
@@ -747,7 +833,7 @@ class _Codegen:
             stmts: list[str] = []
             x = value(sc, stmts)
             return [*stmts, f"{self.out}[{sc.index(out_index)}{self.out_shift}] = {x};"]
-        return self.nest(shape, body, numel(shape))
+        return self.nest(shape, body, numel(shape), split=True)
 
     def value(self, b: Body, m: dict, shape: tuple[Expr, ...], sc: _Scope, stmts: list[str],
               done: dict[int, str], root: bool = False, known: frozenset = frozenset()) -> str:
