@@ -10,8 +10,8 @@ import lumos.runtime.cpu.codegen as codegen
 import lumos.runtime.cpu.kernels as kernels
 
 # lowering's schedule (also that of kernels that carry none: products, copies, gathers)
-SCHEDULE_DEFAULTS = {"codegen": {"PAR_SEED", "AHEAD_SEED"},  # (imported from kernels)
-                     "kernels": {"PAR_SEED", "WIDE_LOWERED", "AHEAD_SEED"}}
+SCHEDULE_DEFAULTS = {"codegen": {"PAR_SEED", "AHEAD_SEED", "INNER_LAST"},  # (from kernels)
+                     "kernels": {"PAR_SEED", "WIDE_LOWERED", "AHEAD_SEED", "INNER_LAST"}}
 # rules of thumb of the seeds (kernels.seeds): they rank generation 0 and nothing else
 SEED_WEIGHTS = {"kernels": {"AMX_MIN_MACS", "DUPLICATE_OPS", "OWN_MAX_B_BYTES",
                             "OWN_MIN_COLUMNS", "PACK_MIN_BYTES", "PACK_RELU_MIN_BYTES",
@@ -19,8 +19,9 @@ SEED_WEIGHTS = {"kernels": {"AMX_MIN_MACS", "DUPLICATE_OPS", "OWN_MAX_B_BYTES",
                             "TILE_MIN_BYTES", "WIDE_LANES", "WIDE_MIN_ROW",
                             "WINDOWS_MIN_COLUMNS"}}
 # formats and budgets that select no code: a static buffer's header, kernel calls per
-# driver function, the fusion rules' rounds
-FORMATS = {"codegen": {"STATIC_HEADER", "DRIVER_PART"}, "kernels": {"FUSE_ROUNDS"}}
+# driver function, loop-invariant conditions a loop is copied for (its code size), the
+# fusion rules' rounds
+FORMATS = {"codegen": {"STATIC_HEADER", "DRIVER_PART", "UNSWITCH"}, "kernels": {"FUSE_ROUNDS"}}
 # choices still made in the renderer or the decoder's legality, each to become a schedule
 # field (blocks, tiles, bands, packs, prefetch, how a reduction accumulates) or a rule
 # (ROWS_MAX_M: also templated into the fixed C of lumos_gemm_own)

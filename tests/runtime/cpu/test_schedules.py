@@ -21,6 +21,7 @@ from lumos.runtime.cpu import build
 from lumos.runtime.cpu.codegen import generate
 from lumos.runtime.cpu.kernels import (
     AHEAD_SEED,
+    INNER_LAST,
     JAM_VALUES,
     PAR_SEED,
     RULES,
@@ -59,9 +60,11 @@ def space_of(g: lumos.Graph) -> lumos.egraph.SearchSpace:
 
 def scheduled(space: lumos.egraph.SearchSpace, values: tuple[int, ...]) -> dict[int, int]:
     """The unfused program with every scheduled kernel at `values` (par, wide, ahead, jam:
-    as many as it has)."""
-    choice = {c: next((i for i, n in enumerate(alts) if n.op in SCHEDULED and
-                       schedule(n) == values[:len(schedule(n))]), 0)
+    as many as it has; a map's vector loop along its last axis)."""
+    def wanted(n: lumos.egraph.space.ENode) -> bool:  # (a map's vector loop: the last axis)
+        v = schedule(n)
+        return v == (values[:2] + (INNER_LAST,) if n.op == "KMap" else values[:len(v)])
+    choice = {c: next((i for i, n in enumerate(alts) if n.op in SCHEDULED and wanted(n)), 0)
               for c, alts in enumerate(space.classes)}
     return Genomes(space).repair(choice, random.Random(0))
 
@@ -81,6 +84,9 @@ def test_each_kernel_is_offered_every_schedule_lowerings_first() -> None:
         for (op, own, _), schedules in by_kernel.items():  # (no variant of a variant)
             jams = len(own[0]) > 1 and own[0][0] != 1  # (a sum: axes, the first not 1)
             want = {v[:len(lowered(op))] for v in SCHEDULES if jams or v[3] == 1}
+            if op == "KMap":  # (par, wide, inner): its vector loop along each other axis
+                want = {v[:2] + (INNER_LAST,) for v in SCHEDULES} | {
+                    (PAR_SEED, w, k) for w in (0, 1) for k in range(min(len(own[0]) - 1, 4))}
             assert sorted(schedules) == sorted(want), op
             seen.add(op)
     assert seen >= {"KMap", "KSumReduce", "KMaxReduce", "KOutput"}
@@ -120,7 +126,7 @@ def test_the_seeds_vectorize_as_the_rule_of_thumb_says(row: int) -> None:
             last = n.fields[0][-1]
             wide = n.op.endswith("Reduce") or last.is_num and last.value == row
             assert schedule(n)[:2] == (PAR_SEED, int(wide and row != 40)), n
-            assert schedule(n)[2:] in ((), (AHEAD_SEED, 1)), n
+            assert schedule(n)[2:] in ((), (AHEAD_SEED, 1), (INNER_LAST,)), n
 
 
 @pytest.mark.parametrize("ahead", AHEADS)
@@ -240,3 +246,71 @@ def test_jam_is_offered_where_a_factor_reads_the_same_along_the_first_axis() -> 
     a, c = g.tensor(("b", 8, 32), lumos.f32, "a"), g.tensor(("b", 32, 16), lumos.f32, "c")
     (a @ c).output()
     assert jams(g) == {1}
+
+
+def channels_last_window() -> lumos.Graph:
+    """A 3-tap window along the rows of x (b, c, h, w), zero-padded, written channels-last
+    (b, h, w, c) with a bias per channel (a depthwise convolution's map in a permute), then
+    mixed across channels by a product."""
+    g = lumos.Graph()
+    n = g.dim("n", 1, 64)
+    x = g.tensor((2, 5, 3, n), lumos.f32, "x").pad((1, 1))
+    w, bias = g.tensor((5, 3), lumos.f32, "w"), g.tensor((5,), lumos.f32, "bias")
+    y = sum((x[:, :, :, t:t + n] * w[:, t].reshape((5, 1, 1)) for t in range(3)),
+            bias.reshape((5, 1, 1)))
+    mix = g.tensor((5, 8), lumos.f32, "mix")
+    ((y.permute((0, 2, 3, 1)) * 2 + 1) @ mix).output()  # (a product's factor: stored)
+    return g
+
+
+def with_inner(space: lumos.egraph.SearchSpace, genome: dict[int, int],
+               axis: int) -> dict[int, int]:
+    """`genome` with each map's vector loop along `axis` where it is offered."""
+    out = dict(genome)
+    for c, i in genome.items():
+        n = space.classes[c][i]
+        if n.op == "KMap":
+            out[c] = next((k for k, m in enumerate(space.classes[c]) if m.op == "KMap" and
+                           m.children == n.children and schedule(m)[2] == axis), i)
+    return out
+
+
+def test_the_seeds_run_a_channels_last_window_along_its_input_rows() -> None:
+    """The seeds' map computing the window in the permute has its vector loop along w (the
+    input's rows: axis 2 of its output), not along c (its output's rows, read a whole
+    plane apart); its code loops over w innermost and computes what the oracle does."""
+    g = channels_last_window()
+    space = space_of(g)
+    made = Genomes(space)
+    fused = made.preferring(seeds(space, {"n": 40}, made, bounds=g.dims)[1],
+                            random.Random(0))
+    kernels = from_genome(space, fused, g.dims)
+    maps = [i for i in kernels.inner if str(kernels.nodes[i].shape) == "(2, 3, n, 5)"]
+    assert maps and all(kernels.inner[i] == 2 for i in maps)
+    units, _ = generate(kernels)
+    code = "\n".join(u[1] for u in units if not isinstance(u, str))
+    assert "for (int64_t z2 = lo; z2 < " in code and "for (int64_t z3 = 0; z3 < 5; " in code
+    program = build(kernels)
+    data = profiling_inputs(g, {"n": 40}, 0)
+    got = program([data[name] for name in program.layout.input_names], {"n": 40})
+    for a, w, o in zip(got, run_hlir(g, data, {"n": 40}), g.outputs, strict=True):
+        assert matches(a, w, g.nodes[o].dtype)
+
+
+@settings(max_examples=8, deadline=None)
+@given(axis=st.sampled_from([INNER_LAST, 0, 1, 2]), n=st.sampled_from([1, 2, 17, 61]),
+       fuse=st.booleans())
+def test_every_inner_axis_computes_what_the_oracle_does(axis: int, n: int,
+                                                        fuse: bool) -> None:
+    """Each map's vector loop along any axis, the window fused into the permute or not, at
+    rows shorter than the window and past a vector."""
+    g = channels_last_window()
+    space = space_of(g)
+    made = Genomes(space)
+    genome = made.preferring(seeds(space, {"n": 40}, made, bounds=g.dims)[int(fuse)],
+                             random.Random(0))
+    program = build(from_genome(space, with_inner(space, genome, axis), g.dims))
+    data = profiling_inputs(g, {"n": n}, 0)
+    got = program([data[name] for name in program.layout.input_names], {"n": n})
+    for a, w, o in zip(got, run_hlir(g, data, {"n": n}), g.outputs, strict=True):
+        assert matches(a, w, g.nodes[o].dtype)

@@ -38,6 +38,7 @@ from lumos.logs import enabled
 from lumos.runtime.cpu.cc import Unit, UnsupportedProgram, vector_bytes
 from lumos.runtime.cpu.kernels import (
     AHEAD_SEED,
+    INNER_LAST,
     PAR_SEED,
     ROWS_MAX_M,
     Apply,
@@ -395,6 +396,7 @@ class _Codegen:
         self.par = PAR_SEED  # per kernel: its schedule's threading (Kernels.par)
         self.ahead = AHEAD_SEED  # ... and how far ahead it prefetches rows
         self.jam = 1  # ... and a sum's outputs computed together along its first axis
+        self.inner = INNER_LAST  # ... and a map's axis of its innermost loop
 
     def _name(self) -> str:
         self._count += 1
@@ -462,20 +464,25 @@ class _Codegen:
     def nest(self, shape: tuple[Expr, ...], body: Callable[[_Scope], list[str]],
              work: Expr | None, around: tuple[list[str], str, list[str]] | None = None,
              extra: Mapping | None = None, block: int = BLOCK,
-             jam: int = 1, split: bool = False) -> list[str]:
+             jam: int = 1, split: bool = False, inner_axis: int = INNER_LAST) -> list[str]:
         """Loops over `shape` row-major; the innermost axis in blocks. Parallel over the
         outer axes and blocks (of `block` elements) when `work` (elements of work) is
         large; sequential if None. `jam` > 1: the first axis steps by that many (the
         body computes the outputs at z0 .. z0 + jam - 1 that are in the shape).
         `around` = (before, loop, after): a loop run inside each block around the
         innermost loop (an outer reduction), whose variable's bounds are in `extra`.
-        `split`: the innermost loop split at its guards' bounds (see interior)."""
+        `split`: the innermost loop split at its guards' bounds (see interior).
+        `inner_axis`: the innermost loop's (INNER_LAST: the last), the others around it in
+        order."""
         bounds = self.bounds(shape) | dict(extra or {})
         active = [k for k, s in enumerate(shape) if s is not ONE]
         if not active:
             sc = _Scope(None, bounds, self._name)
             inner = body(sc)
             return ["{", *sc.decls, *inner, "}"]
+        plain = not (self.tiles or self.rows_in or self.windowed or self.filling)
+        if inner_axis in active and plain:  # (a product's row blocks: along the last axis)
+            active = [k for k in active if k != inner_axis] + [inner_axis]
         last = active[-1]
         size = {k: self.ren(shape[k]).to_c(bounds) for k in active}
         zl = f"z{last}"
@@ -483,7 +490,7 @@ class _Codegen:
         inner = body(sc)
         pragma = "#pragma omp simd" if around and around[1] else "#pragma GCC ivdep"
         loop_lines = self.interior(sc, body, inner, bounds, shape[last], pragma) \
-            if split and not (self.tiles or self.rows_in or self.windowed or self.filling) else None
+            if split and plain else None
         if loop_lines is None:
             loop_lines = [*sc.decls, *_unswitched(sc.preds, [  # outputs never alias inputs
                 pragma, f"for (int64_t {zl} = lo; {zl} < hi; {zl}++) {{", *inner, "}"])]
@@ -784,12 +791,14 @@ class _Codegen:
         self.par = self.g.par.get(i, PAR_SEED)
         self.ahead = self.g.ahead.get(i, AHEAD_SEED)
         self.jam = self.g.jam.get(i, 1)
+        self.inner = self.g.inner.get(i, INNER_LAST)
         return self._kernel(self.g.nodes[i], self.g.bodies.get(i), self.g.packs.get(i),
                             i in self.g.own, i in self.g.amx)
 
     def _kernel(self, n: Node, b: Body | None, pack: Pack | None,
                 own: bool = False, amx: bool = False) -> list[str]:
         shape = n.shape
+        inner, self.inner = self.inner, INNER_LAST  # (this kernel's, not a band's inside it)
         out_index = self.prep(View.contiguous(shape).index, shape)
         b = b or (pack.body if pack is not None else None)
         self.tiles = {t.gemm: j for j, t in enumerate(tiles(b))} if b is not None else {}
@@ -833,7 +842,7 @@ class _Codegen:
             stmts: list[str] = []
             x = value(sc, stmts)
             return [*stmts, f"{self.out}[{sc.index(out_index)}{self.out_shift}] = {x};"]
-        return self.nest(shape, body, numel(shape), split=True)
+        return self.nest(shape, body, numel(shape), split=True, inner_axis=inner)
 
     def value(self, b: Body, m: dict, shape: tuple[Expr, ...], sc: _Scope, stmts: list[str],
               done: dict[int, str], root: bool = False, known: frozenset = frozenset()) -> str:

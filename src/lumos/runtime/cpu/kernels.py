@@ -44,10 +44,10 @@ RULES = LOWER + Rules((), (Stage(saturate=("loads",)), Stage(
     bounded=("fuse",), saturate=("views", "loads"), rounds=FUSE_ROUNDS),
     Stage(saturate=("schedules",))))
 # the kernels that carry a schedule: its first field's index (lower_cpu.egg: `par`,
-# `wide`, and a sum's `ahead` and `jam`), and the values lowering gives them (the schedules
-# ruleset adds the others); lowering's `par` and `ahead` are the seeds'
+# `wide`, a sum's `ahead` and `jam`, a map's `inner`), and the values lowering gives them
+# (the schedules ruleset adds the others); lowering's `par` and `ahead` are the seeds'
 SCHEDULED = {"KMap": 1, "KSumReduce": 2, "KMaxReduce": 2, "KOutput": 2}
-PAR_SEED, WIDE_LOWERED, AHEAD_SEED = 1 << 15, 0, 1024
+PAR_SEED, WIDE_LOWERED, AHEAD_SEED, INNER_LAST = 1 << 15, 0, 1024, -1
 JAM_VALUES = (1, 2, 4, 8)  # a sum's `jam` (lower_cpu.egg's jam-value), lowered as 1
 # seeds (and kernels without a schedule): a kernel whose output rows hold a multiple of
 # WIDE_LANES elements, or at least WIDE_MIN_ROW, or a reduction whose reduced axis does,
@@ -520,6 +520,7 @@ class Kernels:
     wide: dict[int, bool] = field(default_factory=dict)  # ... `wide`
     ahead: dict[int, int] = field(default_factory=dict)  # ... a sum's `ahead`
     jam: dict[int, int] = field(default_factory=dict)  # ... and its `jam`
+    inner: dict[int, int] = field(default_factory=dict)  # ... a map's `inner` (-1: last)
     # decoded from a genome: node -> (the e-class it writes, the e-classes its code is from)
     origin: dict[int, tuple[int, frozenset[int]]] = field(default_factory=dict)
 
@@ -727,7 +728,9 @@ def from_genome(space: SearchSpace, choice: Mapping[int, int] | Sequence[int],
             if n.op in SCHEDULED:
                 par, wide, *rest = schedule(n)
                 k.par[built[c]], k.wide[built[c]] = par, bool(wide)
-                if rest:
+                if n.op == "KMap":
+                    k.inner[built[c]] = rest[0]
+                elif rest:
                     k.ahead[built[c]], k.jam[built[c]] = rest
         elif n.op in ("KGemm", "KGemmOwn", "KGemmAmx"):
             built[c] = k.add(Node("Gemm", tuple(built[a] for a in n.children),
@@ -821,14 +824,15 @@ NARROW_INTS = frozenset({"i8", "u8", "i16"})  # (seeds: a weight's value stored 
 
 
 def schedule(n: ENode) -> tuple:
-    """A scheduled kernel's schedule fields: (par, wide) and a sum's (ahead, jam)."""
+    """A scheduled kernel's schedule fields: (par, wide), a sum's (ahead, jam) after them
+    and a map's inner."""
     return n.fields[SCHEDULED[n.op]:]
 
 
 def lowered(op: str) -> tuple:
     """The schedule lowering gives kernels of `op`."""
     return (PAR_SEED, WIDE_LOWERED, AHEAD_SEED, 1) if op == "KSumReduce" else \
-        (PAR_SEED, WIDE_LOWERED)
+        (PAR_SEED, WIDE_LOWERED, INNER_LAST) if op == "KMap" else (PAR_SEED, WIDE_LOWERED)
 
 
 def wide_seed(shape: Sequence[Expr], length: Expr | None, bounds: Mapping) -> bool:
@@ -1172,12 +1176,15 @@ def seeds(space: SearchSpace, env: Mapping[str, int], genomes: Genomes | None = 
             root = space.classes[n.children[0]][0]
             length = compose(root.fields[0 if root.op.startswith("EGemm") else -1],
                              {}).shape[n.fields[1]]
-        return wide_seed(n.fields[0], length, bounds)
+        shape = n.fields[0]
+        if n.op == "KMap" and n.fields[3] != INNER_LAST:  # (its vector loop's axis last)
+            shape = (*shape[:n.fields[3]], *shape[n.fields[3] + 1:], shape[n.fields[3]])
+        return wide_seed(shape, length, bounds)
 
     def copied(n: ENode) -> bool:  # a product of a factor copied first (KCopy)
         return any(m.op == "KCopy" for ch in n.children for m in space.classes[ch])
 
-    def fused(blas: float) -> Cost:
+    def fused(blas: float, inner: Mapping[int, int] | None = None) -> Cost:
         def cost(c: int, n: ENode) -> float:
             if n.op in ("KGemm", "KGemmOwn", "KGemmAmx"):  # a product whose factor is a copy
                 return product(n) * (0.1 if copied(n) else 1.0)  # only where none is not
@@ -1210,11 +1217,56 @@ def seeds(space: SearchSpace, env: Mapping[str, int], genomes: Genomes | None = 
                     and n.op != "ERows" else 1.0
             if n.op in SCHEDULED:
                 par, w, *rest = schedule(n)
+                if n.op == "KMap":
+                    return float(par != PAR_SEED) + float(bool(w) != wide(n)) + \
+                        float(rest[0] != (inner or {}).get(c, INNER_LAST))
                 return float(par != PAR_SEED) + float(bool(w) != wide(n)) + \
                     float(rest not in ([], [AHEAD_SEED, jam(n)]))
             return 0.0
         return cost
-    return fused(-1.0), fused(1.0)
+
+    def inners(blas: float) -> Cost:  # each map's vector loop along the axis its reads run
+        # along in the program the other choices make (decoded once: its views composed)
+        first = made.preferring(fused(blas), random.Random(0))
+        k = from_genome(space, first, bounds or {})
+        offered = {c: {m.fields[3] for m in space.classes[c] if m.op == "KMap"}
+                   for c in first}
+        inner = {}
+        for i, b in k.bodies.items():
+            c = k.origin[i][0] if i in k.origin else None
+            if k.nodes[i].op == "Map" and c is not None:
+                axis = vector_axis(b, k.nodes[i].shape)
+                if axis in offered.get(c, ()):
+                    inner[c] = axis
+        return fused(blas, inner)
+    return inners(-1.0), inners(1.0)
+
+
+def vector_axis(b: Body, shape: Sequence[Expr]) -> int:
+    """The seeds' `inner` for a map computing body `b` over `shape`: the axis along which
+    the most of its reads (and its write, along the last) step by one element or stay in
+    place (a read the loop does not move is loaded once before it), the last on a tie
+    (INNER_LAST; axes of size 1 are not loops). A channels-last convolution's taps read
+    its input along rows."""
+    names = [f"z{k}" for k in range(len(shape))]
+    score = {k: 0.0 for k, e in enumerate(shape) if e is not ONE}
+    if not score:
+        return INNER_LAST
+    score[max(score)] += 1  # (the write: row-major, along the last axis of more than one)
+    seen, stack = set(), [b]
+    while stack:  # each read at its position in the map (a max computed inline: where its
+        x = stack.pop()  # result is read, its own reads being over its input's axes)
+        if id(x) in seen:
+            continue
+        seen.add(id(x))
+        if isinstance(x, Apply):
+            stack.extend(x.args)
+            continue
+        lin = _linear(x.view.index, names)
+        for k in score:
+            score[k] += lin is not None and lin[1][k] in (ZERO, ONE)
+    best = max(score, key=lambda k: (score[k], k))
+    return INNER_LAST if best == max(score) else best
 
 
 def _read_again(view: View, shape: Sequence[Expr], env: Mapping[str, int],
