@@ -66,7 +66,7 @@ class Rules:
 @dataclass(frozen=True)
 class Budget:
     max_enodes: int = 1_000_000
-    max_iterations: int = 16         # rounds of a bounded stage
+    max_iterations: int = 32         # rounds of a bounded stage
     time_limit: float | None = None  # seconds for the whole build (checked between runs)
 
 

@@ -85,7 +85,7 @@ class CompileOptions:
     dim_buckets: Mapping[str, Sequence[Any]] = field(default_factory=dict)
     search_time_limit: float | None = 60.0
     max_enodes: int = 1_000_000
-    max_iterations: int = 16
+    max_iterations: int = 32
     # room for a large model to saturate all its buckets on a small machine: at the limit
     # saturation stops (a smaller space: fewer rounds of fusion) and the backend's
     # lowering runs; a build still running at twice the limit is killed and its program

@@ -115,3 +115,16 @@ def test_a_reduction_read_as_a_scalar() -> None:
     (x.relu()[1] * 2).output()
     k = fused_seed(g)
     assert [n.op for n in k.nodes if n.op not in ("Input", "Constant")] == ["Output"]
+
+
+def test_gelu_is_one_pass() -> None:
+    """GELU as PyTorch decomposes it, x/2 * (1 + erf(x/sqrt 2)), and its tanh form: chains
+    31 and 32 ops deep (erf's polynomials, selects and clamp), inlined whole within the
+    fusion rounds (kernels.FUSE_ROUNDS) where the output is written: no kernel of their
+    own, so each element is read once and written once."""
+    for gelu in (lambda x: x * 0.5 * (lumos.erf(x * 0.7071067811865476) + 1.0),
+                 lambda x: lumos.gelu(x, approximate="tanh")):
+        g = lumos.Graph()
+        gelu(g.tensor((64, 256), lumos.f32, "x") + g.tensor((256,), lumos.f32, "b")).output()
+        k = fused_seed(g)
+        assert kernels(k, (64, 256)) == []

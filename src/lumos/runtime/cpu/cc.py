@@ -34,6 +34,10 @@ from lumos.paths import cache_root
 FLAGS = ("-O3", "-march=native", "-fopenmp", "-fPIC",
          "-fwrapv",  # integer arithmetic wraps, as in numpy
          "-fno-math-errno",  # sqrt inlines; values are unchanged
+         # floating point never traps (no FP exceptions are enabled): GCC may compute both
+         # sides of a select, so a loop whose selects' branches it had sunk arithmetic
+         # into (a fused GELU's erf or tanh) still vectorizes; values are unchanged
+         "-fno-trapping-math",
          "-ffp-contract=off")  # no FMA contraction: rounding as written
 LINK = ("-Wl,-Bsymbolic",)  # a library's calls bind to its own kernels, never another's
 # the most bytes of definitions one compiler process gets: a batch's time grows with its

@@ -34,10 +34,10 @@ from lumos.errors import LumosError
 from lumos.graph import Graph
 from lumos.hlir import BINARY, REDUCE, UNARY, Node
 from lumos.search.genome import Genomes, extract
-from lumos.shape import Expr, Var, View, nrange, simplify
+from lumos.shape import Expr, Var, View, nrange, simplify, z
 from lumos.shape.expr import ONE, ZERO, Bounds, is_axis_var
 
-FUSE_ROUNDS = 16  # inlining depth: one producer level per round (a chain as deep as gelu's)
+FUSE_ROUNDS = 32  # inlining depth: one producer level per round (GELU by erf is 31 deep)
 LOWER = CORE + Rules.files(Path(__file__).with_name("lower_cpu.egg"),
                            stages=(Stage(saturate=("lower_facts", "lower_cpu"), required=True),))
 RULES = LOWER + Rules((), (Stage(saturate=("loads",)), Stage(
@@ -923,6 +923,10 @@ def seeds(space: SearchSpace, env: Mapping[str, int], genomes: Genomes | None = 
                 reading.setdefault(n.children[0], set()).update(ks)
                 if ks:
                     views_read.setdefault(n.children[0], set()).add(c)
+    for c, n in program:  # a Gather reads its operands' buffers directly (a where's pair)
+        if n.op == "Gather":
+            for ch in n.children:
+                reading.setdefault(ch, set()).add(c)
     readers = {p: len(ks) for p, ks in reading.items()}
     of_weights: set[int] = set()  # classes of the unfused program computed from weights
     for c, n in program:
@@ -1008,7 +1012,10 @@ def seeds(space: SearchSpace, env: Mapping[str, int], genomes: Genomes | None = 
                 # (computed where its readers are: once, unless they read it through
                 # several views, as a convolution's taps do)
                 decided[c] = not broadcast and not again and (
-                    home.get(p, p) != p and len(views_read.get(p, ())) <= 1 or
+                    home.get(p, p) != p and len({_plain(compose(ld.fields[0], {}))
+                                                 for v in views_read.get(p, ())
+                                                 for ld in space.classes[v]
+                                                 if ld.op == "ELoad"}) <= 1 or
                     ops[p] * (readers.get(p, 1) - 1) <= DUPLICATE_OPS)
         return decided[c]
 
@@ -1298,6 +1305,22 @@ def _once(view: View, k: int, most: int = 16) -> bool:
     b = view.bounds()
     return sum(simplify(view.valid.subs({f"z{k}": v}), b) is not ZERO
                for v in range(e.value)) <= 1
+
+
+@functools.cache
+def _plain(view: View) -> View:
+    """`view` without its axes of one position and those it is valid at one position of
+    (a stacked pair's: the maximum of x and -x reads x where x itself does), those axes
+    at that position: two reads of a producer that are one read per element."""
+    for k in reversed(range(len(view.shape))):
+        if view.shape[k] is ONE or _once(view, k):
+            b = view.bounds()
+            at = next((v for v in range(view.shape[k].value)
+                       if simplify(view.valid.subs({f"z{k}": v}), b) is not ZERO), 0)
+            shape = view.shape[:k] + view.shape[k + 1:]
+            view = view.remap(shape, {f"z{k}": at, **{f"z{j}": z(j - 1)
+                                                     for j in range(k + 1, len(view.shape))}})
+    return view
 
 
 def _numel(shape: Sequence[Expr], env: Mapping[str, int]) -> float:
