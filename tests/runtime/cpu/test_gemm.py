@@ -438,6 +438,8 @@ PACKED = {  # name: graph builder whose product's factor is computed by an eleme
     @ g.tensor((20, 7), lumos.f32, "b"),
     "blocks_on_threads": lambda g: g.tensor((16, 300), lumos.f32, "a")  # blocks of 873
     @ (g.tensor((300, 2000), lumos.f32, "b") * 0.5),  # columns (1 MiB) on the threads
+    "few_images": lambda g: g.tensor((3, 64, 300), lumos.f32, "a").exp()  # 3 images of
+    @ g.tensor((300, 24), lumos.f32, "b"),  # 64 rows fit one block: split, 2 and 1, per thread
 }
 
 
