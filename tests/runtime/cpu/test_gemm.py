@@ -440,6 +440,9 @@ PACKED = {  # name: graph builder whose product's factor is computed by an eleme
     @ (g.tensor((300, 2000), lumos.f32, "b") * 0.5),  # columns (1 MiB) on the threads
     "few_images": lambda g: g.tensor((3, 64, 300), lumos.f32, "a").exp()  # 3 images of
     @ g.tensor((300, 24), lumos.f32, "b"),  # 64 rows fit one block: split, 2 and 1, per thread
+    "a_short_last_block": lambda g: conv2d(  # 32 rows of 32 positions, k 288: 1 MiB
+        g.tensor((1, 32, 64, 64), lumos.f32, "x"),  # holds 28 rows: blocks of 28 and 4
+        g.tensor((8, 32, 3, 3), lumos.f32, "w"), padding=1, stride=2),
 }
 
 
@@ -457,7 +460,8 @@ def test_a_product_that_packs_its_factor_matches_the_oracle(name: str, panels: b
     kernels = from_genome(space, genome, g.dims)
     (pack,) = kernels.packs.values()  # and no kernel stores the factor
     offered = any(n.op == "KGemmPack" and n.fields[7] for c in space.classes for n in c)
-    assert offered == (name in ("conv_nchw", "conv_nhwc_strided", "blocks_on_threads"))
+    assert offered == (name in ("conv_nchw", "conv_nhwc_strided", "blocks_on_threads",
+                                "a_short_last_block"))
     assert pack.panels == (panels and offered)
     assert not any(n.op == "Map" and n.shape == pack.shape for n in kernels.nodes)
     source = checked_source(g, kernels)
