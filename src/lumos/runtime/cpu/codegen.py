@@ -1491,9 +1491,8 @@ class _Codegen:
         batches = c(gm.batch[0]) if gm.batch else "1"
         size = c(shape[lead])
         work = self.ren(gm.m * gm.n * gm.k * (gm.batch[0] if gm.batch else ONE)).to_c(bounds)
-        # the blocks: about PACK_FLOATS each, but as many as there are threads where the
-        # product has that many slices of `rest` (one block alone left the other threads
-        # idle: a batch of 4 images of 64 rows, k 768, ran on one core)
+        # the blocks: about PACK_FLOATS each, but at least as many as there are threads
+        # where the product has that many slices of `rest` (else a thread waits)
         return [
             f"const int64_t SB = LUMOS_MAX({batches}, 1), SPER = (lumos_threads() + SB - 1) / SB;",
             f"const int64_t S = LUMOS_MIN(LUMOS_MAX(LUMOS_MAX({PACK_FLOATS} / LUMOS_MAX({k} * "

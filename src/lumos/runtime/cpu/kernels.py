@@ -1253,9 +1253,9 @@ def vector_axis(b: Body, shape: Sequence[Expr]) -> int:
     """The seeds' `inner` for a map computing body `b` over `shape`: the axis along which
     the most of its reads (and its write, along the last) step by one element, the last on
     a tie (INNER_LAST; axes of size 1 are not loops). A channels-last convolution's taps
-    read its input along rows. (A read that stays in place along an axis does not count
-    for it: counted, such reads had SmolLM2's first seed run some maps along axes they
-    are broadcast over, its decode at 85 tok/s against 104.)"""
+    read its input along rows. A read that stays in place along an axis does not count
+    for it (counted, such reads ran maps along axes they are broadcast over: see
+    docs/performance.md)."""
     names = [f"z{k}" for k in range(len(shape))]
     score = {k: 0.0 for k, e in enumerate(shape) if e is not ONE}
     if not score:
