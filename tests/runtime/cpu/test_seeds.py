@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import signal
 
 import lumos
 from lumos.egraph import build_spaces
@@ -128,3 +129,27 @@ def test_gelu_is_one_pass() -> None:
         gelu(g.tensor((64, 256), lumos.f32, "x") + g.tensor((256,), lumos.f32, "b")).output()
         k = fused_seed(g)
         assert kernels(k, (64, 256)) == []
+
+
+def test_seeds_of_a_deep_network_take_seconds() -> None:
+    """The seeds walk each e-class's children to a depth of FUSE_ROUNDS: a walk along
+    every path of MobileNetV2's DAG (batch 8, where its relu6s are large enough to ask
+    whether a product packs them) never ended; memoized, it takes about two seconds."""
+    from lumos.models.mobilenet import MobileNetV2
+
+    g = lumos.Graph()
+    g.dim("batch", 1, 8)
+    MobileNetV2()(g.tensor(("batch", 3, 224, 224), name="images")).output()
+    (space,) = build_spaces(g, [{"batch": (8, 8)}], RULES)
+    space = cpu_space(space)
+
+    def late(*_: object) -> None:
+        raise TimeoutError("the seeds took over 60 s")
+
+    old = signal.signal(signal.SIGALRM, late)
+    signal.alarm(60)
+    try:
+        assert len(seeds(space, {"batch": 8}, bounds=g.dims)) == 2
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)

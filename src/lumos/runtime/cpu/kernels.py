@@ -1147,6 +1147,7 @@ def seeds(space: SearchSpace, env: Mapping[str, int], genomes: Genomes | None = 
             if n.op == "ELoad":
                 loaded.setdefault(n.children[0], []).append(i)
 
+    @functools.cache  # (a DAG: uncached, its shared classes are walked once per path)
     def computes_tile(c: int, depth: int = 0) -> bool:  # (as inlined by this seed)
         if tiled(c):
             return True
@@ -1157,6 +1158,7 @@ def seeds(space: SearchSpace, env: Mapping[str, int], genomes: Genomes | None = 
                    if m.op.startswith("E") and m.op not in ("ELoad", "ERows") or
                    m.op in ("KMap", "KCopy", "KMaxReduce") for ch in m.children)
 
+    @functools.cache
     def computes_rows(c: int, depth: int = 0) -> bool:  # (as this seed chooses ERows)
         return depth <= FUSE_ROUNDS and any(
             m.op == "ERows" and in_rows(m.children[0]) or m.op.startswith("E") and
