@@ -153,3 +153,26 @@ def test_seeds_of_a_deep_network_take_seconds() -> None:
     finally:
         signal.alarm(0)
         signal.signal(signal.SIGALRM, old)
+
+
+def test_a_weights_transposed_copy_is_stored_not_read_across() -> None:
+    """A channels-last depthwise convolution reads its weight through a copy made
+    contiguous along the channels (nn.conv's _taps), the vector loop's axis. The fused
+    seed stores that copy, computed once per binding of the weights: inlined, each of
+    the 9 taps read the weight 9 floats apart along the channels and GCC vectorized no
+    part of the convolution (MobileNetV2: 0.35x inductor's images/s, 1.19x stored)."""
+    g = lumos.Graph()
+    x = g.tensor((2, 10, 9, 32), lumos.f32, "x")
+    w = g.tensor((32, 1, 3, 3), lumos.f32, "w", weight=True)
+    lumos.clamp(conv2d(x, w, padding=1, groups=32, channels_last=True), 0.0, 6.0).output()
+    (space,) = build_spaces(g, [{}], RULES)
+    space = cpu_space(space)
+    made = Genomes(space)
+    k = from_genome(space, made.preferring(seeds(space, {}, made, frozenset({"w"}))[1],
+                                           random.Random(0)), g.dims)
+    assert kernels(k, (1, 3, 3, 32)) != []
+    program = build(k, weights=frozenset({"w"}))
+    data = profiling_inputs(g, {}, 0)
+    got = program([data[name] for name in program.layout.input_names], {})
+    for a, want, o in zip(got, run_hlir(g, data, {}), g.outputs, strict=True):
+        assert matches(a, want, g.nodes[o].dtype)

@@ -935,6 +935,11 @@ def seeds(space: SearchSpace, env: Mapping[str, int], genomes: Genomes | None = 
                 n.op not in ("Input", "Iota") and n.children and \
                 all(ch in of_weights for ch in n.children):
             of_weights.add(c)
+    of_constants: set[int] = set()  # ... of which some read no weight (constants alone)
+    for c, n in program:
+        if c in of_weights and (n.op in ("Constant", "Iota") or n.op != "Input" and
+                                all(ch in of_constants for ch in n.children)):
+            of_constants.add(c)
     unpacked: set[int] = set()  # ... of which some read weights packed as integers
     for c, n in program:
         if c in of_weights and (n.op == "Input" and n.fields[1] in NARROW_INTS or
@@ -990,8 +995,13 @@ def seeds(space: SearchSpace, env: Mapping[str, int], genomes: Genomes | None = 
             p = load.children[0] if load is not None else -1
             if load is None or p not in ops or len(space.classes[c]) == 1 or p in stored:
                 decided[c] = load is None
-            elif p in of_weights and owners(c) <= of_weights:
-                decided[c] = True  # (computed once per binding: stored, it takes memory)
+            elif p in of_weights and ((held := owners(c)) and held <= of_weights or not held and
+                                      (p in of_constants or holders(c) <= of_weights)):
+                # (computed once per binding: stored, it takes memory. A load that fusion
+                # made is held by no kernel of the unfused program: a value of constants
+                # alone is inlined, one of weights where its holders read weights alone; a
+                # weight's copy transposed for a convolution that reads it is stored)
+                decided[c] = True
             else:
                 view = compose(load.fields[0], {})
                 used = view.index.vars()
