@@ -5,6 +5,7 @@ in the stated number of kernels, and every genome computes what the oracle compu
 from __future__ import annotations
 
 import random
+import re
 
 import numpy as np
 import pytest
@@ -243,3 +244,27 @@ def test_padded_windows_split_the_row_at_its_interior(width: int) -> None:
     interior = [text for _, text in kernels if "LUMOS_MAX(lo, 3)" in text]
     assert bool(interior) == (width > 6)
     assert run_genome(g, space, genome) == 1
+
+
+@pytest.mark.parametrize(("channels", "size"), [(3, 5), (1, 7), (4, 16), (3, 3)])
+def test_a_merged_axis_loops_over_its_parts_without_dividing(channels: int,
+                                                             size: int) -> None:
+    """A map over images' positions merged into one axis, read from NCHW (as an im2col
+    copy of a channels-last view reads them: image z // (size * size), position
+    z % (size * size)) loops over the axis' parts instead, its batch symbolic: no
+    element divides, and the result equals the oracle at batch 1 and 3."""
+    g = lumos.Graph()
+    g.dim("b", 1, 4)
+    x = g.tensor(("b", channels, size, size), lumos.f32, "x")
+    (x.permute(0, 2, 3, 1).reshape(-1, channels) * 2).output()
+    space = space_of(g)
+    genome = Genomes(space).baseline(random.Random(0))
+    _, *kernels = generate(from_genome(space, genome, g.dims))[0]
+    division = re.compile(r"\bz\d+\)? *[/%] *\d")
+    assert kernels and not [text for _, text in kernels if division.search(text)]
+    program = build(from_genome(space, genome, g.dims))
+    for b in (1, 3):
+        data = profiling_inputs(g, {"b": b}, 0)
+        got = program([data[name] for name in program.layout.input_names], {"b": b})
+        for a, w, o in zip(got, run_hlir(g, data, {"b": b}), g.outputs, strict=True):
+            assert matches(a, w, g.nodes[o].dtype)

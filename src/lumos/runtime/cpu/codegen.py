@@ -836,13 +836,37 @@ class _Codegen:
             value = lambda sc, _: f"({storage(n.dtype)})({sc.index(self.prep(n.expr, shape))})"
         else:  # Map, Output
             assert b is not None
-            value = lambda sc, stmts: self.value(b, {}, shape, sc, stmts, {}, root=True)
+            m, shape = self.unmerged(n, b, shape, inner)
+            if m:
+                out_index, inner = self.prep(View.contiguous(shape).index, shape), INNER_LAST
+            value = lambda sc, stmts: self.value(b, m, shape, sc, stmts, {}, root=True)
 
         def body(sc: _Scope) -> list[str]:
             stmts: list[str] = []
             x = value(sc, stmts)
             return [*stmts, f"{self.out}[{sc.index(out_index)}{self.out_shift}] = {x};"]
         return self.nest(shape, body, numel(shape), split=True, inner_axis=inner)
+
+    def unmerged(self, n: Node, b: Body, shape: tuple[Expr, ...],
+                 inner: int) -> tuple[dict, tuple[Expr, ...]]:
+        """A map's axes as nested loops at the constant steps its reads' indices split them
+        at (an im2col copy's row of (kh, kw, ci) taps: z // 9, z // 3 % 3, z % 3; its rows
+        of (oh, ow) positions), so that no element divides: (renaming of the axes'
+        variables, the loops' shape), or ({}, `shape`). The same elements in the same
+        order: decision-free."""
+        if n.op != "Map" or inner not in (INNER_LAST, len(shape) - 1) or self.tiles or \
+                self.rows_in or self.windowed or not _loads_only(b):
+            return {}, shape
+        m: dict = {}
+        loops: list[Expr] = []
+        for k, e in enumerate(shape):
+            steps = _splits(b, f"z{k}", self.ren(e), symbolic=True)
+            at = len(loops)
+            loops += [e // steps[0], *(a // c for a, c in pairwise(steps)), steps[-1]] \
+                if steps else [e]
+            m[f"z{k}"] = sum((z(at + j) * st for j, st in enumerate(steps)),
+                             z(at + len(steps)))
+        return (m, tuple(loops)) if len(loops) > len(shape) else ({}, shape)
 
     def value(self, b: Body, m: dict, shape: tuple[Expr, ...], sc: _Scope, stmts: list[str],
               done: dict[int, str], root: bool = False, known: frozenset = frozenset()) -> str:
@@ -2007,11 +2031,11 @@ def _assume(e: Expr, known: frozenset[Expr]) -> Expr:
     return e
 
 
-def _splits(b: Body, var: str, length: Expr) -> list[Expr]:
+def _splits(b: Body, var: str, length: Expr, symbolic: bool = False) -> list[Expr]:
     """The constant divisors c of `var // c` and `var % c` in `b`'s views that divide
-    `length` (a number) and each other: the loop steps to split `var`'s loop at, largest
-    first (none if they do not nest)."""
-    if not length.is_num:
+    `length` (a number; or, `symbolic`, a multiple of c: 12544 * batch) and each other:
+    the loop steps to split `var`'s loop at, largest first (none if they do not nest)."""
+    if not length.is_num and not symbolic:
         return []
     found: set[int] = set()
     seen: set[int] = set()
@@ -2029,7 +2053,9 @@ def _splits(b: Body, var: str, length: Expr) -> list[Expr]:
                 k = a.subs({var: 1}) - base
                 step = d.value // k.value if k.is_num and k.value > 0 and \
                     d.value % k.value == 0 and base + Var(var) * k is a else 0
-                if 1 < step < length.value and length.value % step == 0:
+                rest = length % step if step > 1 else None
+                if rest is not None and rest.is_num and rest.value == 0 and \
+                        (not length.is_num or step < length.value):
                     found.add(step)
             stack += list(x.args)
         elif x.op == "sum":
@@ -2040,6 +2066,21 @@ def _splits(b: Body, var: str, length: Expr) -> list[Expr]:
     if any(a % b for a, b in pairwise(steps)):
         return []
     return [Num(s) for s in steps]
+
+
+def _loads_only(b: Body) -> bool:
+    """Whether body `b` is elementwise ops over loads (no reduction, product or band)."""
+    stack, seen = [b], set()
+    while stack:
+        x = stack.pop()
+        if id(x) in seen:
+            continue
+        seen.add(id(x))
+        if isinstance(x, Apply):
+            stack += x.args
+        elif not isinstance(x, Load):
+            return False
+    return True
 
 
 def _body_shape(b: Body) -> tuple[Expr, ...]:
