@@ -63,10 +63,13 @@ class Rules:
         return Rules(self.texts + other.texts, self.stages + other.stages)
 
 
+ROUNDS = 32  # the most rounds of a bounded stage: fusion's depth (GELU by erf is 31 deep)
+
+
 @dataclass(frozen=True)
 class Budget:
     max_enodes: int = 1_000_000
-    max_iterations: int = 32         # rounds of a bounded stage
+    max_iterations: int = ROUNDS     # rounds of a bounded stage
     time_limit: float | None = None  # seconds for the whole build (checked between runs)
 
 

@@ -7,6 +7,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from lumos.egraph.schedule import ROUNDS
+
 Bucket = tuple[int, int | None, int]  # (min, max or None for unbounded, representative)
 MATMUL_PRECISIONS = ("highest", "high")
 SEARCHES = ("kernels", "genetic")
@@ -85,7 +87,7 @@ class CompileOptions:
     dim_buckets: Mapping[str, Sequence[Any]] = field(default_factory=dict)
     search_time_limit: float | None = 60.0
     max_enodes: int = 1_000_000
-    max_iterations: int = 32
+    max_iterations: int = ROUNDS
     # room for a large model to saturate all its buckets on a small machine: at the limit
     # saturation stops (a smaller space: fewer rounds of fusion) and the backend's
     # lowering runs; a build still running at twice the limit is killed and its program

@@ -29,6 +29,7 @@ from pathlib import Path
 from lumos.dtype import DType, as_dtype, bool_
 from lumos.egraph import CORE, Rules, SearchSpace, Stage, restrict
 from lumos.egraph.encode import text_value
+from lumos.egraph.schedule import Budget
 from lumos.egraph.space import ENode
 from lumos.errors import LumosError
 from lumos.graph import Graph
@@ -37,7 +38,7 @@ from lumos.search.genome import Genomes, extract
 from lumos.shape import Expr, Var, View, nrange, simplify, z
 from lumos.shape.expr import ONE, ZERO, Bounds, is_axis_var
 
-FUSE_ROUNDS = 32  # inlining depth: one producer level per round (GELU by erf is 31 deep)
+FUSE_ROUNDS = Budget.max_iterations  # inlining depth: one producer level per round
 LOWER = CORE + Rules.files(Path(__file__).with_name("lower_cpu.egg"),
                            stages=(Stage(saturate=("lower_facts", "lower_cpu"), required=True),))
 RULES = LOWER + Rules((), (Stage(saturate=("loads",)), Stage(
