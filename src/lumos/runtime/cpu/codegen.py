@@ -2070,17 +2070,8 @@ def _splits(b: Body, var: str, length: Expr, symbolic: bool = False) -> list[Exp
 
 def _loads_only(b: Body) -> bool:
     """Whether body `b` is elementwise ops over loads (no reduction, product or band)."""
-    stack, seen = [b], set()
-    while stack:
-        x = stack.pop()
-        if id(x) in seen:
-            continue
-        seen.add(id(x))
-        if isinstance(x, Apply):
-            stack += x.args
-        elif not isinstance(x, Load):
-            return False
-    return True
+    return isinstance(b, Apply | Load) and all(isinstance(a, Apply | Load)
+                                               for x in _apply_nodes(b) for a in x.args)
 
 
 def _body_shape(b: Body) -> tuple[Expr, ...]:
