@@ -488,17 +488,18 @@ def test_a_packed_factor_may_read_a_product(panels: bool) -> None:
 
 
 def test_the_blas_seed_packs_a_large_im2col() -> None:
-    """A copy of 4 MiB or more read only by a product (kernels.PACK_MIN_BYTES), its blocks
-    read as windows where each image has enough positions (kernels.WINDOWS_MIN_COLUMNS),
-    else its blocks multiplied by lumos' own kernel where k is short (kernels.PANELS_MAX_K),
-    else by OpenBLAS."""
-    for batch, c_in, size, kernel in ((1, 32, 112, "windows"), (8, 32, 112, "windows"),
-                                      (1, 16, 112, "windows"), (1, 32, 32, None),
-                                      (8, 64, 28, "windows"), (8, 24, 26, "panels"),
-                                      (8, 64, 26, "blas")):
+    """A copy of 4 MiB or more read only by a product (kernels.PACK_MIN_BYTES): a 3x3
+    kernel's by Winograd's F(2x2, 3x3); another's read as windows where each image has
+    enough positions (kernels.WINDOWS_MIN_COLUMNS), else its blocks multiplied by lumos'
+    own kernel where k is short (kernels.PANELS_MAX_K), else by OpenBLAS."""
+    for batch, c_in, size, side, kernel in (
+            (1, 32, 112, 5, "windows"), (8, 32, 112, 5, "windows"), (1, 16, 112, 5, "windows"),
+            (1, 32, 32, 5, None), (8, 64, 28, 5, "windows"), (8, 8, 26, 5, "panels"),
+            (8, 64, 26, 5, "blas"), (8, 64, 26, 3, "winograd"), (1, 32, 112, 3, "winograd"),
+            (1, 32, 32, 3, None), (1, 16, 112, 3, "windows")):
         g = lumos.Graph()
         x = g.tensor((batch, c_in, size, size), lumos.f32, "x")
-        conv2d(x, g.tensor((64, c_in, 3, 3), lumos.f32, "w"), padding=1).output()
+        conv2d(x, g.tensor((64, c_in, side, side), lumos.f32, "w"), padding=side // 2).output()
         (space,) = build_spaces(g, [{}], RULES)
         space = cpu_space(space)
         genome = Genomes(space).preferring(seeds(space, {})[0], random.Random(0))
@@ -507,6 +508,7 @@ def test_the_blas_seed_packs_a_large_im2col() -> None:
         assert ("KGemm" in ops) == (kernel is None)
         # (k short, the windows product is computed by the output's copy: EGemmWindows)
         assert ("KGemmWindows" in ops or "EGemmWindows" in ops) == (kernel == "windows")
+        assert ("KGemmWinograd" in ops) == (kernel == "winograd")
         assert [n.fields[7] for n in chosen if n.op == "KGemmPack"] == \
             {"panels": [1], "blas": [0]}.get(kernel, [])
 
@@ -546,6 +548,53 @@ def test_a_product_that_reads_windows_matches_the_oracle(name: str, kind: str) -
     source = checked_source(g, kernels)
     assert re.search(r"lumos_gemm_windows\(\d+, ", source)
     assert bool(re.search(r"lumos_amx_windows\(\d+, ", source)) == pack.amx
+
+
+
+WINOGRAD = {  # name: (input shape, weight shape, conv2d arguments)
+    "odd": ((2, 3, 9, 11), (4, 3, 3, 3), {"padding": 1}),  # a half tile at each image's edge
+    "unpadded": ((2, 5, 9, 10), (9, 5, 3, 3), {"padding": 0}),
+    "one_image_many_blocks": ((1, 17, 23, 31), (20, 17, 3, 3), {"padding": 1}),  # runs across
+    "small_images": ((7, 8, 3, 5), (16, 8, 3, 3), {"padding": 1}),  # ... rows and images
+    "wide": ((1, 2, 3, 100), (20, 2, 3, 3), {"padding": 1}),
+}
+
+
+@pytest.mark.parametrize("name", [*WINOGRAD, *WINDOWS])
+def test_a_3x3_windows_product_by_winograd_matches_the_oracle(name: str) -> None:
+    """A stride-1 3x3 convolution's windows product by Winograd's F(2x2, 3x3)
+    (lumos_winograd): offered for a 3x3 kernel only; every output position, odd sizes'
+    half tiles and blocks of tiles across image rows and images included, within the
+    oracle's tolerance."""
+    xs, ws, args = WINOGRAD[name] if name in WINOGRAD else WINDOWS[name][:3]
+    g, space = space_and_graph(lambda g: conv2d(g.tensor(xs, lumos.f32, "x"),
+                                                g.tensor(ws, lumos.f32, "w"), **args))
+    offered = name in WINOGRAD or name in ("3x3", "unpadded", "wide")
+    assert any(n.op == "KGemmWinograd" for c in space.classes for n in c) == offered
+    if not offered:
+        return
+    genome = prefer(space, lambda c, n: -float(n.op == "KGemmWinograd"))
+    kernels = from_genome(space, genome, g.dims)
+    (pack,) = kernels.packs.values()
+    assert pack.winograd and not any(n.op == "Map" for n in kernels.nodes)
+    assert re.search(r"lumos_winograd\(\d+, ", checked_source(g, kernels))
+
+
+def test_winograd_at_a_symbolic_batch_matches_the_oracle() -> None:
+    """The batch a dim: the padded copies and the tiles of every image, at each size."""
+    g = lumos.Graph()
+    g.dim("b", 1, 8)
+    x = g.tensor(("b", 6, 7, 9), lumos.f32, "x")
+    conv2d(x, g.tensor((5, 6, 3, 3), lumos.f32, "w"), padding=1).output()
+    (space,) = build_spaces(g, [{}], RULES)
+    space = cpu_space(space)
+    genome = prefer(space, lambda c, n: -float(n.op == "KGemmWinograd"))
+    program = build(from_genome(space, genome, g.dims))
+    for b in (1, 3, 8):
+        data = profiling_inputs(g, {"b": b}, b)
+        got = program([data[n] for n in program.layout.input_names], {"b": b})
+        (want,) = run_hlir(g, data, {"b": b})
+        assert matches(got[0], want, lumos.f32)
 
 
 
@@ -596,9 +645,10 @@ def test_a_kernel_computes_the_windows_product_it_reads_in_bands(
 def test_the_blas_seed_runs_a_convolution_in_its_pool() -> None:
     """The seed fuses a convolution into the pool reading it (its output never stored),
     a long one as bf16x3 where the space offers that (EGemmWindowsAmx), a short one (the
-    3-channel stem: memory-bound) in float even then."""
+    3-channel stem: memory-bound) in float even then; else a long one stores its output,
+    by Winograd's F(2x2, 3x3)."""
     for c_in, size, amx, kind in ((3, 224, False, "EGemmWindows"),
-                                  (32, 112, False, "EGemmWindows"),
+                                  (32, 112, False, "KGemmWinograd"),
                                   (3, 224, True, "EGemmWindows"),
                                   (32, 112, True, "EGemmWindowsAmx")):
         g = lumos.Graph()
@@ -609,7 +659,7 @@ def test_the_blas_seed_runs_a_convolution_in_its_pool() -> None:
         space = cpu_space(space, amx=amx)
         genome = Genomes(space).preferring(seeds(space, {})[0], random.Random(0))
         ops = [space.classes[c][i].op for c, i in genome.items()]
-        assert [op for op in ops if "Windows" in op] == [kind]
+        assert [op for op in ops if "Windows" in op or "Winograd" in op] == [kind]
 
 
 # -- a kernel computed in bands by the kernel reading it (lower_cpu.egg's ERows) ----------

@@ -121,6 +121,7 @@ OWN_GEMM = OWN_GEMM.replace("@TRANSPOSE16@", _transpose16()).replace("@ROWS_MAX_
                                                                        str(ROWS_MAX_M))
 
 AMX_GEMM = (_C / "amx_gemm.c").read_text()
+WINOGRAD = (_C / "winograd.c").read_text()  # lumos_winograd: a unit of its own, as OWN_GEMM
 
 DRIVER = (_C / "driver.c").read_text()
 BLAS = "#define LUMOS_BLAS 1\n#include <cblas.h>\n"  # OpenBLAS (see cc.py)
@@ -271,6 +272,10 @@ class _WindowsCode:
     width: str
     height: str
     work: str
+    koff: list[str]  # the koff table alone (in `setup` too)
+    a: tuple[str, str, str]  # A: its first element's address, row step, column step
+    hp: str  # the padded height of an image
+    plane: str  # floats of one batch index's padded copy
 
 
 UNSWITCH = 2  # the most conditions a loop is unswitched on (2^UNSWITCH copies of it)
@@ -381,6 +386,7 @@ class _Codegen:
         self.amx = False  # per kernel: a product run by lumos_gemm_amx
         self.used_own = False  # some kernel calls lumos_gemm_own (OWN_GEMM is linked)
         self.used_amx = False  # ... lumos_gemm_amx (AMX_GEMM is linked)
+        self.used_winograd = False  # ... lumos_winograd (WINOGRAD is linked)
         self.tile_out: Expr = ZERO  # per kernel: its output's flat index
         self.tile_rows = True  # per kernel: every Tile read is at the output's position
         # per kernel: each Tile or Rows read's (index, valid, rank, bounds), for row_banded
@@ -710,9 +716,11 @@ class _Codegen:
         try:
             yield
         finally:
-            args, count, used = self.args, self._count, (self.used_own, self.used_amx)
+            args, count = self.args, self._count
+            used = (self.used_own, self.used_amx, self.used_winograd)
             self.__dict__.update(saved)
-            self.args, self._count, (self.used_own, self.used_amx) = args, count, used
+            self.args, self._count = args, count
+            self.used_own, self.used_amx, self.used_winograd = used
 
     def rows_whole(self, lines: list[str]) -> list[str]:
         """The kernel's loops after each kernel it reads in bands (Rows) is run whole into
@@ -821,6 +829,8 @@ class _Codegen:
         if n.op == "Gemm":
             if pack is None:
                 return self.gemm(n)
+            if pack.winograd:
+                return self.gemm_winograd(n, pack)
             if pack.windows:
                 return self.gemm_windows(n, pack)
             if rows(pack.body):  # (row_banded runs bands for an output loop only)
@@ -1555,6 +1565,25 @@ class _Codegen:
             f"for (int64_t zj = 0; zj < ({w.cols} + 47) / 48; zj++)", "{", *call, "}",
             "}", "}", "}"]
 
+    def gemm_winograd(self, n: Node, pack: Pack) -> list[str]:
+        """A windows product of a 3x3 kernel (kernels.winograd) by Winograd's F(2x2, 3x3):
+        every batch index's padded copy first (as gemm_windows makes them), one after the
+        other in scratch, then `lumos_winograd` (its own unit, WINOGRAD) on them all."""
+        w = self.windows_code(n, pack)
+        self.used_winograd = True
+        a, sam, sak = w.a
+        cstep = w.c(w.gm.c_steps[0]) if w.gm.batch else "0"
+        return [
+            "{", *w.koff,
+            f"float *restrict pall = lumos_tile(0, {w.batches} * {w.plane} + {w.c(w.wp)} + 4);",
+            f"memset(pall + {w.batches} * {w.plane}, 0, ({w.c(w.wp)} + 4) * sizeof(float));",
+            f"#pragma omp parallel if({w.work} >= 131072) num_threads(lumos_threads())", "{",
+            f"for (int64_t zg = 0; zg < {w.batches}; zg++) {{",
+            f"float *restrict pd = pall + zg * {w.plane};", *w.copy, "}", "}",
+            f"lumos_winograd({w.m}, {w.k} / 9, {w.batches}, {a}, {sam}, {sak}, koff, pall, "
+            f"{w.plane}, {w.hp}, {w.c(w.wp)}, {w.height}, {w.width}, out, {w.c(w.gm.ldc)}, "
+            f"{cstep});", "}"]
+
     def windows_code(self, n: Node, pack: Pack) -> _WindowsCode:
         """The parts of a windows product's code (see gemm_windows and banded), made once
         per kernel."""
@@ -1611,11 +1640,11 @@ class _Codegen:
         lda = c(other.ld)
         sam, sak = ("1", lda) if other.trans else (lda, "1")
         k, mm = c(gm.k), c(gm.m)
+        koff = [f"int64_t *restrict koff = (int64_t *)lumos_tile(2, 2 * {k});",
+                "int64_t zk = 0;", *koff]
         setup = [
             f"float *restrict pd = lumos_tile(0, {c(chans * hp * wp)} + {2 * 48} + {c(wp)});",
-            f"float *restrict ap = lumos_tile(1, ({mm} + 7) / 8 * 8 * {k});",
-            f"int64_t *restrict koff = (int64_t *)lumos_tile(2, 2 * {k});",
-            "int64_t zk = 0;", *koff,
+            f"float *restrict ap = lumos_tile(1, ({mm} + 7) / 8 * 8 * {k});", *koff,
             f"for (int64_t s = 0; s < ({mm} + 7) / 8; s++)",
             f"for (int64_t p = 0; p < {k}; p++)", "for (int64_t i = 0; i < 8; i++)",
             f"ap[(s * {k} + p) * 8 + i] = s * 8 + i < {mm} ? "
@@ -1629,7 +1658,9 @@ class _Codegen:
         return _WindowsCode(gm, c, setup, copy, mm, k, wp, c(batches),
                             c(shape[lead] * wp if lead is not None else wp), c(shape[last]),
                             c(shape[lead]) if lead is not None else "1",
-                            self.ren(gm.m * gm.n * gm.k * batches).to_c(bounds))
+                            self.ren(gm.m * gm.n * gm.k * batches).to_c(bounds), koff,
+                            (f"{optr} + {c(other.offset)}", sam, sak), c(hp),
+                            c(chans * hp * wp))
 
     def banded(self, shape: tuple[Expr, ...], bounds: dict, blocks: list[str],
                work: Expr | None) -> list[str]:
@@ -1869,7 +1900,8 @@ def generate(g: Kernels, flush_denormals: bool = False, profile: bool = False,
                     tuple(inplace), tuple((k, b) for k, (_, b) in statics.items()))
     own = [BLAS + PRELUDE + OWN_GEMM] if gen.used_own else []
     amx = [BLAS + PRELUDE + AMX_GEMM] if gen.used_amx else []
-    return ("\n".join(parts), *units.values(), *own, *amx), layout
+    winograd = [BLAS + PRELUDE + WINOGRAD] if gen.used_winograd else []
+    return ("\n".join(parts), *units.values(), *own, *amx, *winograd), layout
 
 
 class _NoFill(Exception):

@@ -60,7 +60,8 @@ ELEMENTWISE = (*UNARY, *BINARY, "Cast")
 BODY_OPS = (*ELEMENTWISE, "Select")  # (Select: an ESelect, inline only)
 EXECUTABLE = frozenset({"Root", "Input", "Constant", "Iota", "Gather", "Scatter", "KMap", "KCopy",
                         "KSumReduce", "KMaxReduce", "KOutput", "KGemm", "KGemmOwn", "KGemmAmx",
-                        "KGemmPack", "KGemmWindows", "KGemmWindowsAmx", "ELoad",
+                        "KGemmPack", "KGemmWindows", "KGemmWindowsAmx", "KGemmWinograd",
+                        "ELoad",
                         "EMaxReduce", "EGemm", "EGemmOwn", "EGemmWindows", "EGemmWindowsAmx",
                         "ERows",
                         *(f"E{op}" for op in BODY_OPS)})
@@ -151,6 +152,7 @@ class Pack:
     panels: bool  # the block's product by lumos' own kernel (B only), not OpenBLAS
     windows: bool  # B: a convolution's windows read where they lie (`windows`), not packed
     amx: bool = False  # ... multiplied as bf16x3 on AMX tiles (KGemmWindowsAmx, EGemmWindowsAmx)
+    winograd: bool = False  # ... by Winograd's F(2x2, 3x3) (KGemmWinograd: `winograd`)
 
 
 @dataclass(frozen=True)
@@ -430,6 +432,13 @@ def windows(gm: Gemm, side: int, shape: Sequence[Expr], view: View,
     return Windows(tuple(pairs), tuple(r for r in pk.rows if r not in paired))
 
 
+def winograd(win: Windows, shape: Sequence[Expr]) -> bool:
+    """Whether a windows product (`win`, over B's `shape`) is one Winograd's F(2x2, 3x3)
+    computes (codegen's lumos_winograd): a 3x3 kernel over both of B's column axes."""
+    return len(win.pairs) == 2 and all(shape[r].is_num and shape[r].value == 3
+                                       for r, _ in win.pairs)
+
+
 @dataclass(frozen=True)
 class Band:
     """Where a body reads a KGemmWindows product: at batch index `batch` (a variable; None
@@ -617,9 +626,10 @@ def cpu_space(space: SearchSpace, bounds: Mapping | None = None, amx: bool = Fal
             gm = gemm(gemm_views(n, b), n.fields[1], b)
             return gm is not None and packing(gm, n.fields[5], n.fields[6], b) is not None \
                 and (not n.fields[7] or gm.b.input == n.fields[5] and not gm.b.trans)
-        if n.op in ("KGemmWindows", "KGemmWindowsAmx"):
+        if n.op in ("KGemmWindows", "KGemmWindowsAmx", "KGemmWinograd"):
             gm = gemm(gemm_views(n, b), n.fields[1], b)
-            return gm is not None and windows(gm, 1, n.fields[5], n.fields[6], b) is not None
+            win = None if gm is None else windows(gm, 1, n.fields[5], n.fields[6], b)
+            return win is not None and (n.op != "KGemmWinograd" or winograd(win, n.fields[5]))
         if n.op in ("EGemmWindows", "EGemmWindowsAmx"):
             gm = gemm(gemm_views(n, b), n.fields[2], b)
             return gm is not None and windows(gm, 1, n.fields[6], n.fields[7], b) is not None \
@@ -748,13 +758,13 @@ def from_genome(space: SearchSpace, choice: Mapping[int, int] | Sequence[int],
             built[c] = k.add(Node("Gemm", tuple(dict.fromkeys((other, *loads(packed)))),
                                   gemm_views(n, bounds), f[0], k.nodes[other].dtype, axis=f[1]))
             k.packs[built[c]] = Pack(side, packed, f[6], bool(f[7]), False)
-        elif n.op in ("KGemmWindows", "KGemmWindowsAmx"):  # inputs: A, then the buffer
-            x = built[n.children[1]]                       # whose windows B copies
+        elif n.op in ("KGemmWindows", "KGemmWindowsAmx", "KGemmWinograd"):  # inputs: A, then
+            x = built[n.children[1]]                       # the buffer whose windows B copies
             other = built[n.children[0]]
             built[c] = k.add(Node("Gemm", tuple(dict.fromkeys((other, x))), gemm_views(n, bounds),
                                   f[0], k.nodes[other].dtype, axis=f[1]))
             k.packs[built[c]] = Pack(1, Load(x, f[6]), f[5], False, True,
-                                     n.op == "KGemmWindowsAmx")
+                                     n.op == "KGemmWindowsAmx", n.op == "KGemmWinograd")
         elif n.op in ("Input", "Constant", "Iota"):
             value = text_value(f[2]) if n.op == "Constant" else None
             built[c] = k.add(Node(n.op, (), (), f[0], as_dtype(f[1]),
@@ -821,6 +831,14 @@ PACK_RELU_MIN_BYTES = 8 << 20
 AMX_MIN_MACS = 1 << 18
 
 
+# seeds: a convolution's windows product as bf16x3 where the space offers it, else by
+# Winograd's F(2x2, 3x3) where it does, else as it is (weights of the choices)
+WINDOWS_FIRST = {"KGemmWindowsAmx": 1.5, "KGemmWinograd": 1.25}
+# ... and by Winograd's only where it has at least this many input and output channels
+# (fewer: its products are short and its transforms cost more than the multiplies saved;
+# on the Zen 4 at batch 8, 16 channels ran at 0.8-1.0x the windows, 32 at 1.1-1.2x, 64 and
+# 128 at 1.4-1.5x)
+WINOGRAD_MIN_CHANNELS = 32
 NARROW_INTS = frozenset({"i8", "u8", "i16"})  # (seeds: a weight's value stored as such)
 
 
@@ -1109,7 +1127,7 @@ def seeds(space: SearchSpace, env: Mapping[str, int], genomes: Genomes | None = 
                    for m in space.classes[c])
 
     def packed(c: int, n: ENode) -> bool:  # a copy read only by this product: not stored
-        win_op = n.op.startswith("KGemmWindows")
+        win_op = n.op.startswith(("KGemmWindows", "KGemmWinograd"))
         side, bsh = (1, n.fields[5]) if win_op else n.fields[5:7]
         other = n.children[0 if win_op else 1 - side]
         f = next((g.children[side] for g in space.classes[c]  # (a commuted product: the
@@ -1128,6 +1146,9 @@ def seeds(space: SearchSpace, env: Mapping[str, int], genomes: Genomes | None = 
         gm = gemm(gemm_views(n, sizes), n.fields[1], sizes)
         short = gm is not None and _numel((gm.k,), env) <= PANELS_MAX_K
         wide = gm is not None and _numel((gm.n,), env) >= WINDOWS_MIN_COLUMNS
+        if n.op == "KGemmWinograd":  # (its tiles span the batch: no image is too small)
+            return gm is not None and min(_numel((gm.m,), env),
+                                          _numel((gm.k,), env) / 9) >= WINOGRAD_MIN_CHANNELS
         if win_op:
             return wide
         win = wide and any(m.op == "KGemmWindows" for m in space.classes[c])
@@ -1144,6 +1165,9 @@ def seeds(space: SearchSpace, env: Mapping[str, int], genomes: Genomes | None = 
         # ... wherever the seed reads them where they lie (KGemmWindows): where k is short
         # the product is bound by writing its output; a long one gains its output's trip
         # to memory and back. A long one is bf16x3 where the space has it
+        if not any(m.op == "KGemmWindowsAmx" for m in space.classes[p]) and \
+                any(m.op == "KGemmWinograd" and packed(p, m) for m in space.classes[p]):
+            return None  # (stored by Winograd's product instead, where there is no bf16x3)
         gms = [gemm(gemm_views(m, sizes), m.fields[1], sizes) for m in space.classes[p]
                if m.op == "KGemmWindows" and packed(p, m)]
         if not any(gm is not None for gm in gms):
@@ -1220,9 +1244,9 @@ def seeds(space: SearchSpace, env: Mapping[str, int], genomes: Genomes | None = 
                            else 0.5)
 
         def other(c: int, n: ENode) -> float:
-            if n.op in ("KGemmPack", "KGemmWindows", "KGemmWindowsAmx"):
-                amx_first = 1.5 if n.op == "KGemmWindowsAmx" else 1.0  # (where offered)
-                return 2 * amx_first * blas if blas < 0 and packed(c, n) else 1.0
+            if n.op in ("KGemmPack", "KGemmWindows", "KGemmWindowsAmx", "KGemmWinograd"):
+                first = WINDOWS_FIRST.get(n.op, 1.0)  # (where offered)
+                return 2 * first * blas if blas < 0 and packed(c, n) else 1.0
             if n.op.startswith("E") and any(m.op == "ELoad" for m in space.classes[c]):
                 rows_read = next((m for m in space.classes[c] if m.op == "ERows"), None)
                 if blas < 0 and rows_read is not None and in_rows(rows_read.children[0]):
