@@ -489,14 +489,15 @@ def test_a_packed_factor_may_read_a_product(panels: bool) -> None:
 
 def test_the_blas_seed_packs_a_large_im2col() -> None:
     """A copy of 4 MiB or more read only by a product (kernels.PACK_MIN_BYTES): a 3x3
-    kernel's by Winograd's F(2x2, 3x3); another's read as windows where each image has
+    kernel's by Winograd's F(2x2, 3x3) where it has channels and tiles enough
+    (WINOGRAD_MIN_CHANNELS, WINOGRAD_MIN_TILES); another's read as windows where each image has
     enough positions (kernels.WINDOWS_MIN_COLUMNS), else its blocks multiplied by lumos'
     own kernel where k is short (kernels.PANELS_MAX_K), else by OpenBLAS."""
     for batch, c_in, size, side, kernel in (
             (1, 32, 112, 5, "windows"), (8, 32, 112, 5, "windows"), (1, 16, 112, 5, "windows"),
             (1, 32, 32, 5, None), (8, 64, 28, 5, "windows"), (8, 8, 26, 5, "panels"),
             (8, 64, 26, 5, "blas"), (8, 64, 26, 3, "winograd"), (1, 32, 112, 3, "winograd"),
-            (1, 32, 32, 3, None), (1, 16, 112, 3, "windows")):
+            (1, 32, 32, 3, None), (1, 16, 112, 3, "windows"), (2, 1024, 8, 3, "blas")):
         g = lumos.Graph()
         x = g.tensor((batch, c_in, size, size), lumos.f32, "x")
         conv2d(x, g.tensor((64, c_in, side, side), lumos.f32, "w"), padding=side // 2).output()

@@ -839,6 +839,10 @@ WINDOWS_FIRST = {"KGemmWindowsAmx": 1.5, "KGemmWinograd": 1.25}
 # on the Zen 4 at batch 8, 16 channels ran at 0.8-1.0x the windows, 32 at 1.1-1.2x, 64 and
 # 128 at 1.4-1.5x)
 WINOGRAD_MIN_CHANNELS = 32
+# ... and tiles of 2x2 outputs (all images): its threads take them 48 at a time, and every
+# call transforms the filters (at batch 1: 28x28 at 128 channels 1.0x, 16x16 0.8x, 8x8 at
+# 256 0.3x the windows; 56x56 at 64 channels 1.1x)
+WINOGRAD_MIN_TILES = 192
 NARROW_INTS = frozenset({"i8", "u8", "i16"})  # (seeds: a weight's value stored as such)
 
 
@@ -1146,9 +1150,10 @@ def seeds(space: SearchSpace, env: Mapping[str, int], genomes: Genomes | None = 
         gm = gemm(gemm_views(n, sizes), n.fields[1], sizes)
         short = gm is not None and _numel((gm.k,), env) <= PANELS_MAX_K
         wide = gm is not None and _numel((gm.n,), env) >= WINDOWS_MIN_COLUMNS
-        if n.op == "KGemmWinograd":  # (its tiles span the batch: no image is too small)
-            return gm is not None and min(_numel((gm.m,), env),
-                                          _numel((gm.k,), env) / 9) >= WINOGRAD_MIN_CHANNELS
+        if n.op == "KGemmWinograd":  # (its tiles of 2x2 outputs span the batch)
+            return gm is not None and \
+                min(_numel((gm.m,), env), _numel((gm.k,), env) / 9) >= WINOGRAD_MIN_CHANNELS \
+                and _numel((gm.n, *gm.batch), env) / 4 >= WINOGRAD_MIN_TILES
         if win_op:
             return wide
         win = wide and any(m.op == "KGemmWindows" for m in space.classes[c])

@@ -21,37 +21,33 @@
    reaches only the outputs past it, which are not stored. */
 
 /* U: the transformed filters, per element e of the 4x4 as 8-row strips of chans columns
-   (lumos_gemm_windows' packed A), rows past m zero */
+   (lumos_gemm_windows' packed A), rows past m zero; each strip's 8 rows a vector */
 static void lumos_winograd_u(int64_t m, int64_t chans, const float *a, int64_t sam,
                              int64_t sak, const int64_t *tap, float *u) {
   const int64_t m8 = (m + 7) / 8 * 8;
 #pragma omp for schedule(static)
   for (int64_t s = 0; s < m8 / 8; s++)
     for (int64_t ch = 0; ch < chans; ch++) {
-      float t[16][8];
-      for (int ii = 0; ii < 8; ii++) {
-        const int64_t i = s * 8 + ii;
-        float g[3][3], gg[4][3];
-        for (int r = 0; r < 3; r++)
-          for (int q = 0; q < 3; q++)
-            g[r][q] = i < m ? a[i * sam + tap[(ch * 3 + r) * 3 + q] * sak] : 0.0f;
-        for (int q = 0; q < 3; q++) { /* G g: rows g0, (g0 + g1 + g2) / 2, (g0 - g1 + g2) / 2, g2 */
-          const float e = g[0][q] + g[2][q];
-          gg[0][q] = g[0][q];
-          gg[1][q] = 0.5f * (e + g[1][q]);
-          gg[2][q] = 0.5f * (e - g[1][q]);
-          gg[3][q] = g[2][q];
+      float g[9][8], gg[4][3][8];
+      for (int k = 0; k < 9; k++) {
+        const float *col = a + tap[ch * 9 + k] * sak + s * 8 * sam;
+        for (int ii = 0; ii < 8; ii++) g[k][ii] = s * 8 + ii < m ? col[ii * sam] : 0.0f;
+      }
+      for (int q = 0; q < 3; q++) /* G g: rows g0, (g0 + g1 + g2) / 2, (g0 - g1 + g2) / 2, g2 */
+        for (int ii = 0; ii < 8; ii++) {
+          const float g0 = g[q][ii], g1 = g[3 + q][ii], g2 = g[6 + q][ii], e = g0 + g2;
+          gg[0][q][ii] = g0, gg[1][q][ii] = 0.5f * (e + g1);
+          gg[2][q][ii] = 0.5f * (e - g1), gg[3][q][ii] = g2;
         }
-        for (int r = 0; r < 4; r++) { /* (G g) G', the same along the columns */
-          const float e = gg[r][0] + gg[r][2];
-          t[r * 4 + 0][ii] = gg[r][0];
-          t[r * 4 + 1][ii] = 0.5f * (e + gg[r][1]);
-          t[r * 4 + 2][ii] = 0.5f * (e - gg[r][1]);
-          t[r * 4 + 3][ii] = gg[r][2];
+      for (int r = 0; r < 4; r++) { /* (G g) G', the same along the columns */
+        float *o = u + ((4 * r * (m8 / 8) + s) * chans + ch) * 8;
+        const int64_t step = m8 * chans; /* one element of the 4x4 to the next */
+        for (int ii = 0; ii < 8; ii++) {
+          const float g0 = gg[r][0][ii], g1 = gg[r][1][ii], g2 = gg[r][2][ii], e = g0 + g2;
+          o[ii] = g0, o[step + ii] = 0.5f * (e + g1);
+          o[2 * step + ii] = 0.5f * (e - g1), o[3 * step + ii] = g2;
         }
       }
-      for (int e = 0; e < 16; e++)
-        for (int ii = 0; ii < 8; ii++) u[((e * (m8 / 8) + s) * chans + ch) * 8 + ii] = t[e][ii];
     }
 }
 
