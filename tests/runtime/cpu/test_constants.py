@@ -18,7 +18,7 @@ SEED_WEIGHTS = {"kernels": {"AMX_MIN_MACS", "DUPLICATE_OPS", "OWN_MAX_B_BYTES",
                             "PANELS_MAX_K", "ROWS_MAX_M", "TILE_MAX_B_BYTES",
                             "TILE_MIN_BYTES", "WIDE_LANES", "WIDE_MIN_ROW",
                             "WINDOWS_MIN_COLUMNS", "WINOGRAD_MIN_CHANNELS",
-                            "WINOGRAD_MIN_TILES"}}
+                            "WINOGRAD_MIN_TILES", "WINOGRAD_PHASED_TILES"}}
 # formats and budgets that select no code: a static buffer's header, kernel calls per
 # driver function, loop-invariant conditions a loop is copied for (its code size), the
 # fusion rules' rounds

@@ -492,14 +492,16 @@ def test_a_packed_factor_may_read_a_product(panels: bool) -> None:
 def test_the_blas_seed_packs_a_large_im2col() -> None:
     """A copy of 4 MiB or more read only by a product (kernels.PACK_MIN_BYTES): a 3x3
     kernel's by Winograd's F(2x2, 3x3) where it has channels and tiles enough
-    (WINOGRAD_MIN_CHANNELS, WINOGRAD_MIN_TILES); another's read as windows where each image has
+    (WINOGRAD_MIN_CHANNELS, WINOGRAD_MIN_TILES; each step across all tiles where they are
+    few: WINOGRAD_PHASED_TILES); another's read as windows where each image has
     enough positions (kernels.WINDOWS_MIN_COLUMNS), else its blocks multiplied by lumos'
     own kernel where k is short (kernels.PANELS_MAX_K), else by OpenBLAS."""
     for batch, c_in, size, side, kernel in (
             (1, 32, 112, 5, "windows"), (8, 32, 112, 5, "windows"), (1, 16, 112, 5, "windows"),
             (1, 32, 32, 5, None), (8, 64, 28, 5, "windows"), (8, 8, 26, 5, "panels"),
             (8, 64, 26, 5, "blas"), (8, 64, 26, 3, "winograd"), (1, 32, 112, 3, "winograd"),
-            (1, 32, 32, 3, None), (1, 16, 112, 3, "windows"), (2, 1024, 8, 3, "blas")):
+            (1, 32, 32, 3, None), (1, 16, 112, 3, "windows"), (2, 1024, 8, 3, "blas"),
+            (8, 128, 12, 3, "phased")):
         g = lumos.Graph()
         x = g.tensor((batch, c_in, size, size), lumos.f32, "x")
         conv2d(x, g.tensor((64, c_in, side, side), lumos.f32, "w"), padding=side // 2).output()
@@ -511,7 +513,8 @@ def test_the_blas_seed_packs_a_large_im2col() -> None:
         assert ("KGemm" in ops) == (kernel is None)
         # (k short, the windows product is computed by the output's copy: EGemmWindows)
         assert ("KGemmWindows" in ops or "EGemmWindows" in ops) == (kernel == "windows")
-        assert ("KGemmWinograd" in ops) == (kernel == "winograd")
+        assert [bool(n.fields[7]) for n in chosen if n.op == "KGemmWinograd"] == \
+            {"winograd": [False], "phased": [True]}.get(kernel, [])
         assert [n.fields[7] for n in chosen if n.op == "KGemmPack"] == \
             {"panels": [1], "blas": [0]}.get(kernel, [])
 
@@ -563,12 +566,13 @@ WINOGRAD = {  # name: (input shape, weight shape, conv2d arguments)
 }
 
 
+@pytest.mark.parametrize("phased", [False, True])
 @pytest.mark.parametrize("name", [*WINOGRAD, *WINDOWS])
-def test_a_3x3_windows_product_by_winograd_matches_the_oracle(name: str) -> None:
+def test_a_3x3_windows_product_by_winograd_matches_the_oracle(name: str, phased: bool) -> None:
     """A stride-1 3x3 convolution's windows product by Winograd's F(2x2, 3x3)
     (lumos_winograd): offered for a 3x3 kernel only; every output position, odd sizes'
     half tiles and blocks of tiles across image rows and images included, within the
-    oracle's tolerance."""
+    oracle's tolerance; by blocks of tiles, or each step across all tiles (`phased`)."""
     xs, ws, args = WINOGRAD[name] if name in WINOGRAD else WINDOWS[name][:3]
     g, space = space_and_graph(lambda g: conv2d(g.tensor(xs, lumos.f32, "x"),
                                                 g.tensor(ws, lumos.f32, "w"), **args))
@@ -576,19 +580,22 @@ def test_a_3x3_windows_product_by_winograd_matches_the_oracle(name: str) -> None
     assert any(n.op == "KGemmWinograd" for c in space.classes for n in c) == offered
     if not offered:
         return
-    genome = prefer(space, lambda c, n: -float(n.op == "KGemmWinograd"))
+    genome = prefer(space, lambda c, n: -float(n.op == "KGemmWinograd" and
+                                               bool(n.fields[7]) == phased))
     kernels = from_genome(space, genome, g.dims)
     (pack,) = kernels.packs.values()
-    assert pack.winograd and not any(n.op == "Map" for n in kernels.nodes)
+    assert pack.winograd and pack.phased == phased
+    assert not any(n.op == "Map" for n in kernels.nodes)
     assert re.search(r"lumos_winograd\(\d+, ", checked_source(g, kernels))
 
 
 @settings(max_examples=8, deadline=None)
 @given(batch=st.integers(1, 3), c_in=st.integers(1, 20), c_out=st.integers(1, 20),
        h=st.integers(3, 13), w=st.integers(3, 13), padding=st.sampled_from([0, 1]),
-       bias=st.booleans())
+       bias=st.booleans(), phased=st.booleans())
 def test_winograd_of_random_convolutions_matches_the_oracle(
-        batch: int, c_in: int, c_out: int, h: int, w: int, padding: int, bias: bool) -> None:
+        batch: int, c_in: int, c_out: int, h: int, w: int, padding: int, bias: bool,
+        phased: bool) -> None:
     """Any sizes (primes, odd images, partial strips of 8 output channels, blocks of 48
     tiles across images), with and without padding or a bias read after it."""
     def make(g: lumos.Graph) -> lumos.Tensor:
@@ -599,9 +606,9 @@ def test_winograd_of_random_convolutions_matches_the_oracle(
     # (not offered where an image axis has one output: no windows along it)
     assume(any(n.op == "KGemmWinograd" for c in space.classes for n in c))
     genome = prefer(space, lambda c, n: float(n.op.startswith("EGemm")) -
-                    float(n.op == "KGemmWinograd"))
+                    float(n.op == "KGemmWinograd" and bool(n.fields[7]) == phased))
     kernels = from_genome(space, genome, g.dims)
-    assert any(p.winograd for p in kernels.packs.values())
+    assert any(p.winograd and p.phased == phased for p in kernels.packs.values())
     checked_source(g, kernels)
 
 
@@ -613,14 +620,19 @@ def test_winograd_at_a_symbolic_batch_matches_the_oracle() -> None:
     conv2d(x, g.tensor((5, 6, 3, 3), lumos.f32, "w"), padding=1).output()
     (space,) = build_spaces(g, [{}], RULES)
     space = cpu_space(space)
-    genome = prefer(space, lambda c, n: -float(n.op == "KGemmWinograd"))
-    program = build(from_genome(space, genome, g.dims))
+    for phased in (False, True):
+        genome = prefer(space, lambda c, n, p=phased: -float(n.op == "KGemmWinograd" and
+                                                             bool(n.fields[7]) == p))
+        check_batches(g, build(from_genome(space, genome, g.dims)))
+
+
+def check_batches(g: lumos.Graph, program) -> None:
+    """The program against the oracle at batch 1, 3 and 8."""
     for b in (1, 3, 8):
         data = profiling_inputs(g, {"b": b}, b)
         got = program([data[n] for n in program.layout.input_names], {"b": b})
         (want,) = run_hlir(g, data, {"b": b})
         assert matches(got[0], want, lumos.f32)
-
 
 
 # -- a kernel that computes the windows product it reads, in bands (EGemmWindows) --------

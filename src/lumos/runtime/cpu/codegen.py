@@ -1582,7 +1582,7 @@ class _Codegen:
             f"float *restrict pd = pall + zg * {w.plane};", *w.copy, "}", "}",
             f"lumos_winograd({w.m}, {w.k} / 9, {w.batches}, {a}, {sam}, {sak}, koff, pall, "
             f"{w.plane}, {w.hp}, {w.c(w.wp)}, {w.height}, {w.width}, out, {w.c(w.gm.ldc)}, "
-            f"{cstep});", "}"]
+            f"{cstep}, {int(pack.phased)});", "}"]
 
     def windows_code(self, n: Node, pack: Pack) -> _WindowsCode:
         """The parts of a windows product's code (see gemm_windows and banded), made once

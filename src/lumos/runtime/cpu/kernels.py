@@ -153,6 +153,7 @@ class Pack:
     windows: bool  # B: a convolution's windows read where they lie (`windows`), not packed
     amx: bool = False  # ... multiplied as bf16x3 on AMX tiles (KGemmWindowsAmx, EGemmWindowsAmx)
     winograd: bool = False  # ... by Winograd's F(2x2, 3x3) (KGemmWinograd: `winograd`)
+    phased: bool = False  # ... each of its steps across all tiles (its schedule field)
 
 
 @dataclass(frozen=True)
@@ -764,7 +765,8 @@ def from_genome(space: SearchSpace, choice: Mapping[int, int] | Sequence[int],
             built[c] = k.add(Node("Gemm", tuple(dict.fromkeys((other, x))), gemm_views(n, bounds),
                                   f[0], k.nodes[other].dtype, axis=f[1]))
             k.packs[built[c]] = Pack(1, Load(x, f[6]), f[5], False, True,
-                                     n.op == "KGemmWindowsAmx", n.op == "KGemmWinograd")
+                                     n.op == "KGemmWindowsAmx", n.op == "KGemmWinograd",
+                                     n.op == "KGemmWinograd" and bool(f[7]))
         elif n.op in ("Input", "Constant", "Iota"):
             value = text_value(f[2]) if n.op == "Constant" else None
             built[c] = k.add(Node(n.op, (), (), f[0], as_dtype(f[1]),
@@ -839,10 +841,14 @@ WINDOWS_FIRST = {"KGemmWindowsAmx": 1.5, "KGemmWinograd": 1.25}
 # on the Zen 4 at batch 8, 16 channels ran at 0.8-1.0x the windows, 32 at 1.1-1.2x, 64 and
 # 128 at 1.4-1.5x)
 WINOGRAD_MIN_CHANNELS = 32
-# ... and tiles of 2x2 outputs (all images): its threads take them 48 at a time, and every
-# call transforms the filters (at batch 1: 28x28 at 128 channels 1.0x, 16x16 0.8x, 8x8 at
-# 256 0.3x the windows; 56x56 at 64 channels 1.1x)
-WINOGRAD_MIN_TILES = 192
+# ... and tiles of 2x2 outputs (all images): every call transforms the filters, and its
+# products are 48 tiles wide (phased, at batch 1: 49 tiles at 256 channels 0.8x the
+# windows, 64 at 128 channels 0.8x; at batch 8, 128 tiles at 256 channels 1.15-1.3x)
+WINOGRAD_MIN_TILES = 128
+# ... each step across all tiles (phased) below this many, else by blocks of 48 tiles (at
+# batch 8, 256 channels at 8x8, 128 tiles: phased 1.15-1.31x the windows, blocks
+# 1.01-1.07x; 64 channels at 32x32, 2048 tiles: blocks 1.5x, phased 1.03x)
+WINOGRAD_PHASED_TILES = 384
 NARROW_INTS = frozenset({"i8", "u8", "i16"})  # (seeds: a weight's value stored as such)
 
 
@@ -1160,6 +1166,10 @@ def seeds(space: SearchSpace, env: Mapping[str, int], genomes: Genomes | None = 
         panels = short and any(m.op == "KGemmPack" and m.fields[7] for m in space.classes[c])
         return not win and bool(n.fields[7]) == panels
 
+    def phased(n: ENode) -> bool:  # Winograd's steps each across all tiles: few tiles
+        gm = gemm(gemm_views(n, sizes), n.fields[1], sizes)
+        return gm is not None and _numel((gm.n, *gm.batch), env) / 4 < WINOGRAD_PHASED_TILES
+
     @functools.cache
     def banded(c: int) -> str | None:  # windows read once, by their reader in bands: the op
         load = next((m for m in space.classes[c] if m.op == "ELoad"), None)
@@ -1251,6 +1261,8 @@ def seeds(space: SearchSpace, env: Mapping[str, int], genomes: Genomes | None = 
         def other(c: int, n: ENode) -> float:
             if n.op in ("KGemmPack", "KGemmWindows", "KGemmWindowsAmx", "KGemmWinograd"):
                 first = WINDOWS_FIRST.get(n.op, 1.0)  # (where offered)
+                if n.op == "KGemmWinograd" and bool(n.fields[7]) != phased(n):
+                    first *= 0.99  # (the other schedule)
                 return 2 * first * blas if blas < 0 and packed(c, n) else 1.0
             if n.op.startswith("E") and any(m.op == "ELoad" for m in space.classes[c]):
                 rows_read = next((m for m in space.classes[c] if m.op == "ERows"), None)

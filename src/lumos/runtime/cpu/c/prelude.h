@@ -127,7 +127,7 @@ LUMOS_UNIT void lumos_amx_windows(int64_t m, int64_t k, const uint16_t *aq, cons
 LUMOS_UNIT void lumos_winograd(int64_t m, int64_t chans, int64_t batches, const float *a,
                                int64_t sam, int64_t sak, const int64_t *koff, const float *pd,
                                int64_t bs, int64_t hp, int64_t wp, int64_t h, int64_t w,
-                               float *c, int64_t ldc, int64_t cstep);
+                               float *c, int64_t ldc, int64_t cstep, int phased);
 static inline void lumos_cblas(int ta, int tb, int64_t m, int64_t n, int64_t k, const float *a,
                                int64_t lda, const float *b, int64_t ldb, float *c,
                                int64_t ldc) {

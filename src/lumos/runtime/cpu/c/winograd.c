@@ -51,21 +51,20 @@ static void lumos_winograd_u(int64_t m, int64_t chans, const float *a, int64_t s
     }
 }
 
-/* one block of nt (<= 48) tiles from tile t0: v, 16 * chans rows of 48 floats; y, 16 * m
-   rows of 48 floats. The tiles are taken in runs along an image row of tiles, each run a
-   loop the compiler vectorizes (reads two floats apart, writes in order) */
-static void lumos_winograd_block(int64_t m, int64_t chans, const float *u, const float *pd,
-                                 int64_t bs, int64_t hp, int64_t wp, int64_t h, int64_t w,
-                                 int64_t t0, int64_t nt, const int64_t *kv, float *v,
-                                 float *y, float *c, int64_t ldc, int64_t cstep) {
-  const int64_t tw = (w + 1) / 2, per = (h + 1) / 2 * tw, m8 = (m + 7) / 8 * 8;
-  const int64_t ve = chans * 48, ye = m * 48; /* one element's rows of v and y */
+/* the transformed inputs of channels [c0, c1) at nt (<= 48) tiles from tile t0 into v:
+   element e's row of channel ch at v + e * ve + ch * ld. The tiles are taken in runs along
+   an image row of tiles, each run a loop the compiler vectorizes (reads two floats apart,
+   writes in order) */
+static void lumos_winograd_in(int64_t c0, int64_t c1, const float *pd, int64_t bs,
+                              int64_t hp, int64_t wp, int64_t h, int64_t w, int64_t t0,
+                              int64_t nt, float *v, int64_t ld, int64_t ve) {
+  const int64_t tw = (w + 1) / 2, per = (h + 1) / 2 * tw;
   for (int64_t j0 = 0; j0 < nt;) {
     const int64_t t = t0 + j0, g = t / per, ty = t % per / tw, tx = t % per % tw;
     const int64_t len = tw - tx < nt - j0 ? tw - tx : nt - j0;
-    for (int64_t ch = 0; ch < chans; ch++) {
+    for (int64_t ch = c0; ch < c1; ch++) {
       const float *p = pd + g * bs + ch * hp * wp + 2 * ty * wp + 2 * tx;
-      float *o = v + ch * 48 + j0;
+      float *o = v + ch * ld + j0;
 #pragma GCC ivdep
       for (int64_t j = 0; j < len; j++) { /* B' d B: rows d0 - d2, d1 + d2, d2 - d1, d1 - d3 */
         float e[4][4];
@@ -84,12 +83,17 @@ static void lumos_winograd_block(int64_t m, int64_t chans, const float *u, const
     }
     j0 += len;
   }
-  for (int e = 0; e < 16; e++)
-    lumos_gemm_windows(m, chans, u + e * m8 * chans, v + e * ve, kv, 0, 48, 48, 48, y + e * ye,
-                       48);
-  for (int64_t i = 0; i < m; i++) {
+}
+
+/* output channels [i0, i1) at nt (<= 48) tiles from tile t0 from y (element e's row of
+   channel i at y + e * ye + i * ld) into c: computed along the tiles, stored in runs */
+static void lumos_winograd_out(int64_t i0, int64_t i1, const float *y, int64_t ld,
+                               int64_t ye, int64_t h, int64_t w, int64_t t0, int64_t nt,
+                               float *c, int64_t ldc, int64_t cstep) {
+  const int64_t tw = (w + 1) / 2, per = (h + 1) / 2 * tw;
+  for (int64_t i = i0; i < i1; i++) {
     float z[4][48];
-    const float *x = y + i * 48;
+    const float *x = y + i * ld;
     for (int64_t j = 0; j < 48; j++) { /* A' M A: rows m0 + m1 + m2, m1 - m2 - m3 */
       float r[2][4];
       for (int q = 0; q < 4; q++) {
@@ -119,27 +123,60 @@ static void lumos_winograd_block(int64_t m, int64_t chans, const float *u, const
   }
 }
 
+/* `phased` 0: the threads take blocks of 48 tiles, each block's inputs transformed, its 16
+   products and its outputs by one thread (in cache); 1: each step across all tiles, the
+   threads splitting it (input channels, then products of 48 columns, then output channels:
+   every thread busy where there are few blocks) */
 void lumos_winograd(int64_t m, int64_t chans, int64_t batches, const float *a, int64_t sam,
                     int64_t sak, const int64_t *koff, const float *pd, int64_t bs, int64_t hp,
-                    int64_t wp, int64_t h, int64_t w, float *c, int64_t ldc, int64_t cstep) {
+                    int64_t wp, int64_t h, int64_t w, float *c, int64_t ldc, int64_t cstep,
+                    int phased) {
   const int64_t m8 = (m + 7) / 8 * 8, tiles = batches * ((h + 1) / 2) * ((w + 1) / 2);
+  const int64_t blocks = (tiles + 47) / 48, ld = phased ? blocks * 48 : 48;
   /* (scratch of this unit's own: lumos_tile's arrays are per unit and thread) */
   float *u = lumos_tile(0, 16 * m8 * chans);
   int64_t *tap = (int64_t *)lumos_tile(1, 2 * (chans * 9 + chans));
-  int64_t *kv = tap + chans * 9; /* row p of a transformed input block: 48 floats apart */
+  int64_t *kv = tap + chans * 9; /* row p of the transformed inputs: ld floats apart */
+  float *all = phased ? lumos_tile(2, 16 * (chans + m) * ld) : 0;
   for (int64_t p = 0; p < chans * 9; p++) {
     const int64_t ch = koff[p] / (hp * wp), r = koff[p] % (hp * wp);
     tap[ch * 9 + r / wp * 3 + r % wp] = p;
   }
-  for (int64_t p = 0; p < chans; p++) kv[p] = p * 48;
+  for (int64_t p = 0; p < chans; p++) kv[p] = p * ld;
 #pragma omp parallel num_threads(lumos_threads())
   {
     lumos_winograd_u(m, chans, a, sam, sak, tap, u);
-    float *v = lumos_tile(2, 16 * chans * 48 + 16 * m * 48);
+    if (phased) {
+      float *v = all, *y = all + 16 * chans * ld;
+#pragma omp for schedule(static)
+      for (int64_t k = 0; k < chans * blocks; k++) {
+        const int64_t t0 = k % blocks * 48;
+        lumos_winograd_in(k / blocks, k / blocks + 1, pd, bs, hp, wp, h, w, t0,
+                          tiles - t0 < 48 ? tiles - t0 : 48, v + t0, ld, chans * ld);
+      }
+#pragma omp for schedule(static)
+      for (int64_t k = 0; k < 16 * blocks; k++) {
+        const int64_t e = k / blocks, t0 = k % blocks * 48;
+        lumos_gemm_windows(m, chans, u + e * m8 * chans, v + e * chans * ld + t0, kv, 0, 48,
+                           48, 48, y + e * m * ld + t0, ld);
+      }
+#pragma omp for schedule(static)
+      for (int64_t k = 0; k < m * blocks; k++) {
+        const int64_t t0 = k % blocks * 48;
+        lumos_winograd_out(k / blocks, k / blocks + 1, y + t0, ld, m * ld, h, w, t0,
+                           tiles - t0 < 48 ? tiles - t0 : 48, c, ldc, cstep);
+      }
+    } else {
+      float *v = lumos_tile(2, 16 * chans * 48 + 16 * m * 48), *y = v + 16 * chans * 48;
 #pragma omp for schedule(dynamic)
-    for (int64_t t0 = 0; t0 < tiles; t0 += 48)
-      lumos_winograd_block(m, chans, u, pd, bs, hp, wp, h, w, t0,
-                           tiles - t0 < 48 ? tiles - t0 : 48, kv, v, v + 16 * chans * 48, c,
-                           ldc, cstep);
+      for (int64_t t0 = 0; t0 < tiles; t0 += 48) {
+        const int64_t nt = tiles - t0 < 48 ? tiles - t0 : 48;
+        lumos_winograd_in(0, chans, pd, bs, hp, wp, h, w, t0, nt, v, 48, chans * 48);
+        for (int e = 0; e < 16; e++)
+          lumos_gemm_windows(m, chans, u + e * m8 * chans, v + e * chans * 48, kv, 0, 48, 48,
+                             48, y + e * m * 48, 48);
+        lumos_winograd_out(0, m, y, 48, m * 48, h, w, t0, nt, c, ldc, cstep);
+      }
+    }
   }
 }
