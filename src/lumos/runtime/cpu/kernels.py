@@ -1156,19 +1156,22 @@ def seeds(space: SearchSpace, env: Mapping[str, int], genomes: Genomes | None = 
         gm = gemm(gemm_views(n, sizes), n.fields[1], sizes)
         short = gm is not None and _numel((gm.k,), env) <= PANELS_MAX_K
         wide = gm is not None and _numel((gm.n,), env) >= WINDOWS_MIN_COLUMNS
-        if n.op == "KGemmWinograd":  # (its tiles of 2x2 outputs span the batch)
+        if n.op == "KGemmWinograd":
             return gm is not None and \
                 min(_numel((gm.m,), env), _numel((gm.k,), env) / 9) >= WINOGRAD_MIN_CHANNELS \
-                and _numel((gm.n, *gm.batch), env) / 4 >= WINOGRAD_MIN_TILES
+                and tiles_of(gm) >= WINOGRAD_MIN_TILES
         if win_op:
             return wide
         win = wide and any(m.op == "KGemmWindows" for m in space.classes[c])
         panels = short and any(m.op == "KGemmPack" and m.fields[7] for m in space.classes[c])
         return not win and bool(n.fields[7]) == panels
 
+    def tiles_of(gm: Gemm) -> float:  # Winograd's tiles of 2x2 outputs, of all images
+        return _numel((gm.n, *gm.batch), env) / 4
+
     def phased(n: ENode) -> bool:  # Winograd's steps each across all tiles: few tiles
         gm = gemm(gemm_views(n, sizes), n.fields[1], sizes)
-        return gm is not None and _numel((gm.n, *gm.batch), env) / 4 < WINOGRAD_PHASED_TILES
+        return gm is not None and tiles_of(gm) < WINOGRAD_PHASED_TILES
 
     @functools.cache
     def banded(c: int) -> str | None:  # windows read once, by their reader in bands: the op

@@ -14,9 +14,10 @@
    A(i, p) is a[i * sam + p * sak]; B's row p (an input channel and kernel offset) lies at
    pd + koff[p]: its channel koff[p] / (hp * wp), its offset dy, dx the rest / wp and % wp.
 
-   Tiles of 2x2 outputs are taken 48 at a time (of all batch indices) by the threads; for
-   each, the 16 transformed inputs of every channel into scratch, the 16 products with
-   the transformed filters (lumos_gemm_windows on 48 columns) and the output transform.
+   Tiles of 2x2 outputs are taken 48 at a time (of all batch indices); for each block, the
+   16 transformed inputs of every channel into scratch, the 16 products with the
+   transformed filters (lumos_gemm_windows on 48 columns) and the output transform: a
+   block to a thread, or (`phased`) each step for all blocks, split among the threads.
    A tile past the last row or column reads one row or column past its image: that value
    reaches only the outputs past it, which are not stored. */
 
