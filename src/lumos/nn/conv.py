@@ -11,7 +11,8 @@ convolution's windows are no matrix that BLAS accepts. Here:
 - a grouped convolution with few taps per output (in-channels per group x kernel, at
   most `TAPS_MAX`: depthwise 3x3 or 7x7) is a sum of that many shifted products,
   one elementwise Map over the output whose innermost loop vectorizes (NHWC: along the
-  channels, the weights made contiguous (ci, kh, kw, co) once per run);
+  channels, the weights made contiguous (ci, kh, kw, co) once per run; NCHW: along the
+  image rows, read from a zero-padded copy of the input, so no row has guarded edges);
 - any other convolution of one group is a matrix product over its unrolled windows
   (im2col): the windows copied once into rows of (in-channel x kernel) values, one GEMM
   (NHWC) or one per image (NCHW) with the weights (a 3-channel stem too: as shifted
@@ -161,6 +162,12 @@ def _taps(x: Tensor, w: Tensor, geo: Geometry, groups: int, channels_last: bool)
     if channels_last and cout > 1:  # contiguous along the output channels (the inner loop)
         w = w.permute(1, 2, 3, 0).contiguous().permute(3, 0, 1, 2)
     xv = x.view.pad(ha, *pads[0]).pad(wa, *pads[1])
+    if not channels_last and any(p for pp in pads for p in pp):
+        # NCHW: the vector loop runs along the image rows, where a padded view's guards
+        # leave each row's edges scalar; read a zero-padded copy instead (a node the
+        # e-graph may still fuse back into the taps: then the guarded reads return)
+        x = x._with_view(xv).contiguous()
+        xv = x.view
     shape: list[Expr] = [x.view.shape[0], sym(oh), sym(ow)]
     shape.insert(ca, sym(cout))
     co = z(ca)

@@ -246,6 +246,46 @@ def test_padded_windows_split_the_row_at_its_interior(width: int) -> None:
     assert run_genome(g, space, genome) == 1
 
 
+def _plain_loops(text: str) -> list[list[str]]:
+    """The bodies of the kernel's innermost loops that read no guarded element and
+    compute no x // n or x % n."""
+    lines, out = text.splitlines(), []
+    for k, line in enumerate(lines):
+        if line.strip().startswith("for (int64_t z") and line.rstrip().endswith("{"):
+            body = []
+            for b in lines[k + 1:]:
+                if b.strip() == "}":
+                    break
+                body.append(b)
+            if body and not any("for (" in b or "?" in b or "LUMOS_F" in b for b in body):
+                out.append(body)
+    return out
+
+
+@pytest.mark.parametrize(("shape", "pads"), [((2, 5, 6, 6), (3, 3, 3, 3)),
+                                             ((1, 3, 7, 5), (1, 2, 0, 1))])
+def test_a_padded_copy_of_a_reshaped_map_reads_its_interior_plainly(
+        shape: tuple[int, ...], pads: tuple[int, ...]) -> None:
+    """A padded copy of (x + a per-channel bias), x stored as (n, c, h * w): where the
+    row's guard on the outer image row holds, the interior is rendered again with that
+    row's bounds narrowed, so the bias' channel (x // (h * w) + c) % c) and the guards
+    fold away and the loop is plain loads; fused or not, it equals the oracle."""
+    n, c, h, w = shape
+
+    def make(g: lumos.Graph) -> lumos.Tensor:
+        x = g.tensor((n, c, h * w), lumos.f32, "x")
+        return (x + g.tensor((c, 1), lumos.f32, "b")).reshape(shape).pad(pads) * 2
+    g = graph(make)
+    space = space_of(g)
+    genome = fused(space)
+    _, *kernels = generate(from_genome(space, genome, g.dims))[0]
+    assert any(_plain_loops(text) for _, text in kernels)
+    assert run_genome(g, space, genome) == 1
+    rng = random.Random(4)
+    for _ in range(3):
+        run_genome(g, space, Genomes(space).random(rng))
+
+
 @pytest.mark.parametrize(("channels", "size"), [(3, 5), (1, 7), (4, 16), (3, 3)])
 def test_a_merged_axis_loops_over_its_parts_without_dividing(channels: int,
                                                              size: int) -> None:

@@ -351,25 +351,55 @@ class _Scope:
     def _limits(self, e: Expr) -> None:
         """Record where each comparison of `e`'s conjunction that is v + c against
         loop-invariant sizes (a padded window, a stacked pair's half) holds."""
-        if e.op == "and":
-            for a in e.args:
-                self._limits(a)
-            return
-        if e.op not in ("lt", "ge"):
-            return
-        v = self.var
-        d = e.args[0] - e.args[1]
-        rest = d.subs({v: 0})
-        step = d.subs({v: 1}) - rest
-        if not step.is_num or abs(step.value) != 1 or rest + Var(v) * step is not d or \
-                any(n.startswith("z") for n in rest.vars()):
-            return
-        if e.op == "lt":  # v + rest < 0, or rest - v < 0
-            (self.highs if step.value == 1 else self.lows).append(
-                -rest if step.value == 1 else rest + 1)
-        else:  # v + rest >= 0, or rest - v >= 0
-            (self.lows if step.value == 1 else self.highs).append(
-                -rest if step.value == 1 else rest + 1)
+        assert self.var is not None
+        lows, highs = _limits(e, self.var)
+        self.lows += lows
+        self.highs += highs
+
+    def outer_limits(self) -> tuple[list[str], dict[str, tuple[list[Expr], list[Expr]]]]:
+        """(conditions, limits): the hoisted conditions that compare another loop
+        variable u as u + c against loop-invariant sizes, and for each such u where
+        those comparisons hold (u >= each low, u < each high) wherever the conditions
+        do."""
+        names: list[str] = []
+        out: dict[str, tuple[list[Expr], list[Expr]]] = {}
+        for e, name in self._hoisted.items():
+            if name not in self.preds:
+                continue
+            for u in sorted(n for n in e.vars() if n.startswith("z") and n != self.var):
+                lows, highs = _limits(e, u)
+                if lows or highs:
+                    have = out.setdefault(u, ([], []))
+                    have[0].extend(lows)
+                    have[1].extend(highs)
+                    names += [] if name in names else [name]
+        return names, out
+
+
+def _limits(e: Expr, v: str) -> tuple[list[Expr], list[Expr]]:
+    """(lows, highs): the comparisons of `e`'s conjunction that are v + c (or c - v)
+    against sizes free of loop variables hold for lows <= v < highs."""
+    lows: list[Expr] = []
+    highs: list[Expr] = []
+    if e.op == "and":
+        for a in e.args:
+            lo, hi = _limits(a, v)
+            lows += lo
+            highs += hi
+        return lows, highs
+    if e.op not in ("lt", "ge"):
+        return lows, highs
+    d = e.args[0] - e.args[1]
+    rest = d.subs({v: 0})
+    step = d.subs({v: 1}) - rest
+    if not step.is_num or abs(step.value) != 1 or rest + Var(v) * step is not d or \
+            any(n.startswith("z") for n in rest.vars()):
+        return lows, highs
+    if e.op == "lt":  # v + rest < 0, or rest - v < 0
+        (highs if step.value == 1 else lows).append(-rest if step.value == 1 else rest + 1)
+    else:  # v + rest >= 0, or rest - v >= 0
+        (lows if step.value == 1 else highs).append(-rest if step.value == 1 else rest + 1)
+    return lows, highs
 
 
 class _Codegen:
@@ -775,12 +805,32 @@ class _Codegen:
 
         def loop(start: str, end: str, lines: list[str]) -> list[str]:
             return [pragma, f"for (int64_t {v} = {start}; {v} < {end}; {v}++) {{", *lines, "}"]
+        rows = _unswitched(inside.preds, loop(m0, m1, middle))
+        conds, outer = inside.outer_limits()
+        narrow = dict(inside.bounds)
+        for u, (lows, highs) in outer.items():
+            lo_u, hi_u = (e if isinstance(e, Expr) else Num(e) for e in narrow[u])
+            for x in lows:
+                lo_u = emax(lo_u, x)
+            for x in highs:
+                hi_u = emin(hi_u, x - 1)
+            narrow[u] = (lo_u, hi_u)
+            if lo_u.is_num and hi_u.is_num and lo_u.value > hi_u.value:
+                outer = {}  # (they never all hold)
+                break
+        if outer:
+            # where the hoisted conditions hold, the outer variables they compare lie in
+            # a narrower range: rendered again there, those guards fold away and an index
+            # through a reshape of the padded data (x // n, x % n) simplifies
+            held = _Scope(v, narrow, self._name)
+            again = body(held)
+            rows = [f"if ({' && '.join(conds)}) {{", *held.decls,
+                    *_unswitched(held.preds, loop(m0, m1, again)), "} else {", *rows, "}"]
         return [*sc.decls,  # (the interior's own loads only where it has elements)
                 f"const int64_t {m0} = LUMOS_MIN(LUMOS_MAX(lo, {a.to_c(bounds)}), hi);",
                 f"const int64_t {m1} = LUMOS_MAX(LUMOS_MIN(hi, {b.to_c(bounds)}), {m0});",
                 *_unswitched(sc.preds, loop("lo", m0, inner)),
-                f"if ({m0} < {m1}) {{", *inside.decls,
-                *_unswitched(inside.preds, loop(m0, m1, middle)), "}",
+                f"if ({m0} < {m1}) {{", *inside.decls, *rows, "}",
                 *_unswitched(sc.preds, loop(m1, "hi", inner))]
 
     def parallel_if(self, work: Expr | None) -> str | None:
