@@ -109,6 +109,46 @@ def test_a_run_cut_short_is_tried_again_in_halves():
     assert search.stop_reason == "no move left to try"
 
 
+def _poisoned(reached: bool) -> tuple[KernelSearch, float, int]:
+    """test_a_run_cut_short_is_tried_again_in_halves' search (the search, the best
+    program's time, candidates reported); `reached`: a cut-short run names the kernels
+    it ran, the poisoned one among them (run in class order, stopped after it)."""
+    space = as_kernels(grid_space(8, 4))
+    cost = random_costs(space, 0)
+    poison = next(n for n in space.classes[1] if n.fields and n.op != space.classes[1][0].op)
+    best = sum(min(cost[(n.op, n.fields)] for n in c if n is not poison)
+               for c in space.classes if c[0].fields)
+    search = KernelSearch(space, CompileOptions(limit=200))
+    count = 0
+    while (g := search.next_candidate()) is not None:
+        count += 1
+        ks = kernels_of(space, g, cost)
+        if any(n is poison for _, n in extract(space, g)):
+            ran = []
+            for k in sorted(ks, key=lambda k: k.root):
+                hit = any(space.classes[c][g[c]] is poison for c in k.classes)
+                ran.append(KernelTime(k.key, k.root, k.classes, 1e6 if hit else k.seconds))
+                if hit:
+                    break
+            outcome = Measured(1e6, reached=tuple(ran) if reached else ())
+        else:
+            outcome = Measured(sum(k.seconds for k in ks), ks)
+        search.report(g, outcome)
+    return search, best, count
+
+
+def test_a_run_cut_short_names_the_move_that_lost_it():
+    """Where a run cut short names the kernels it reached, the move whose kernel alone
+    took longer than the incumbent's program is rejected without halving its batch: the
+    same best program in fewer candidates than by halves."""
+    search, best, count = _poisoned(reached=True)
+    assert search.best()[1] == pytest.approx(best)
+    assert search.stop_reason == "no move left to try"
+    halved, _, halving = _poisoned(reached=False)
+    assert halved.best()[1] == pytest.approx(best)
+    assert count < halving, (count, halving)
+
+
 def test_an_e_nodes_variants_are_moves_once_it_is_chosen():
     """Each of 6 kernels is one of two e-nodes (ops KA, KB: other code), each at 4 variants
     (fields: a schedule). From KA the search proposes KA's other variants and KB's first

@@ -29,7 +29,10 @@ once more in a later candidate.
 
 A candidate that fails (Rejected: its code would not compile; Invalid: it ran wrong), or
 whose run was cut short (far slower than the incumbent: no kernel times), is tried again
-in halves, until the move that failed it stands alone and is rejected.
+in halves, until the move that failed it stands alone and is rejected. A run cut short
+that names the kernels it reached (`Measured.reached`) needs no halving where one of
+them, new, took longer alone than the incumbent's whole program: the moves that made it
+are judged apart, the rest tried again together.
 
 A move is known by its signature: the code (keys) of the kernels it touches, where in its
 kernel the class lies, and the e-node it picks. A verdict holds for every move of that
@@ -236,6 +239,19 @@ class KernelSearch:
         # a run cut short (Measured without the kernels' times that the incumbent's had:
         # past the bound) or failed: which move did it?
         cut = isinstance(outcome, Measured) and not outcome.kernels and bool(self._kernels)
+        if cut and len(moves) > 1 and (bad := self._culprits(genome, moves, outcome)):
+            # the kernels it reached name the moves that lost it: those alone are judged
+            # (one: rejected; several together: halved as usual), the rest tried again
+            rest = [m for i, m in enumerate(moves) if i not in bad]
+            if len(bad) == 1:
+                self.tried += 1
+                self._verdicts.setdefault(moves[bad[0]].signature, False)
+            else:
+                self._retry.append([moves[i] for i in bad])
+            self._retry.append(rest)
+            log("search", f"candidate {self.generation}: {len(moves)} moves cut short by "
+                          f"{len(bad)} of them; the other {len(rest)} tried again")
+            return
         if (cut or not isinstance(outcome, Measured)) and len(moves) > 1:
             half = len(moves) // 2
             self._retry += [moves[half:], moves[:half]]
@@ -447,10 +463,47 @@ class KernelSearch:
                 stack.extend(nodes[c][g[c]].children)
         return self.genomes.repair(g, self.rng)
 
+    def _culprits(self, genome: Genome, moves: list[Move], outcome: Measured) -> list[int]:
+        """Of a run cut short: the moves (indices) that changed a kernel it reached that is
+        not the incumbent's and took longer alone than all the incumbent's kernels
+        together (any program with it loses), or [] when none, or all, can be told."""
+        total = sum(k.seconds for k in self._kernels.values())
+        slow = [k for k in outcome.reached
+                if (k.root, k.key) not in self._kernels and k.seconds > total]
+        if not slow:
+            return []
+        changed = self._changed(genome, moves)
+        bad = sorted({i for k in slow for i, d in enumerate(changed)
+                      if k.root in d or not k.classes.isdisjoint(d)})
+        return bad if len(bad) < len(moves) else []
+
+    def _changed(self, genome: Genome, moves: list[Move]) -> list[set[int]]:
+        """The classes each move changed: its own, those below its old choice that the
+        candidate no longer reaches (and the buffers they read), and those below its new
+        choice that the incumbent did not reach."""
+        assert self.incumbent is not None
+        g0, nodes = self.incumbent, self.space.classes
+        changed: list[set[int]] = []
+        for m in moves:
+            d = {m.cls}
+            for program, other, start in ((g0, genome, g0[m.cls]), (genome, g0, m.alt)):
+                seen: set[int] = set()
+                stack = list(nodes[m.cls][start].children)
+                while stack:
+                    c = stack.pop()
+                    if c in seen or c not in program:
+                        continue
+                    seen.add(c)
+                    d.add(c)
+                    if c not in other:  # (in one program only: what it reads changed too)
+                        stack.extend(nodes[c][program[c]].children)
+            changed.append(d)
+        return changed
+
     def _judge(self, genome: Genome, moves: list[Move], outcome: Measured) -> None:
         """Keep the groups of moves whose kernels got faster (see the module docstring)."""
         assert self.incumbent is not None
-        old, g0, nodes = self._kernels, self.incumbent, self.space.classes
+        old, g0 = self._kernels, self.incumbent
         new = {(k.root, k.key): k for k in outcome.kernels}
         gone = [kid for kid in old if kid not in new]
         made = [kid for kid in new if kid not in old]
@@ -471,24 +524,7 @@ class KernelSearch:
             lo = max(0, min(i - NOISE_NEAR // 2, len(by_size) - NOISE_NEAR))
             near = sorted(m for _, m in by_size[lo:lo + NOISE_NEAR])
             return max(MARGIN, near[int(NOISE_QUANTILE * (len(near) - 1))])
-        # the classes each move changed: its own, those below its old choice that the
-        # candidate no longer reaches (and the buffers they read), and those below its new
-        # choice that the incumbent did not reach
-        changed: list[set[int]] = []
-        for m in moves:
-            d = {m.cls}
-            for program, other, start in ((g0, genome, g0[m.cls]), (genome, g0, m.alt)):
-                seen: set[int] = set()
-                stack = list(nodes[m.cls][start].children)
-                while stack:
-                    c = stack.pop()
-                    if c in seen or c not in program:
-                        continue
-                    seen.add(c)
-                    d.add(c)
-                    if c not in other:  # (in one program only: what it reads changed too)
-                        stack.extend(nodes[c][program[c]].children)
-            changed.append(d)
+        changed = self._changed(genome, moves)
         parent = list(range(len(moves)))
 
         def find(i: int) -> int:

@@ -20,9 +20,12 @@ class KernelTime:
 @dataclass(frozen=True)
 class Measured:
     """Ran, produced correct outputs, took `seconds` (the runtime's statistic of trials);
-    `kernels`: each kernel's time, where the runtime times them (a profile)."""
+    `kernels`: each kernel's time, where the runtime times them (a profile). A run cut
+    short (past the search's bound: no `kernels`) may name in `reached` the kernels it
+    ran before it stopped, with their times in that run."""
     seconds: float
     kernels: tuple[KernelTime, ...] = ()
+    reached: tuple[KernelTime, ...] = ()
 
 
 @dataclass(frozen=True)

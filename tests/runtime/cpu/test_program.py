@@ -245,6 +245,24 @@ def test_a_run_with_a_budget_stops_between_kernels(part: int,
             np.testing.assert_allclose(o, w, rtol=1e-4)
 
 
+def test_a_run_cut_short_reports_the_kernels_it_reached() -> None:
+    """tune.timed of a profiled program past its bound: the warm-up's time, and each
+    kernel's seconds in it, 0 for those it did not reach (a full run before it does not
+    leave its times behind); within the bound, every kernel's time."""
+    from lumos.runtime.cpu.tune import timed
+    g = lumos.Graph()
+    x = g.tensor((64, 64), lumos.f32, "x")
+    for k in range(4):
+        (x * (k + 2)).exp().sum(1).output()
+    prog = build(g, profile=True)
+    a = np.random.default_rng(0).standard_normal((64, 64)).astype(np.float32)
+    seconds, kernels = timed(prog, [a], {}, 2)
+    assert len(kernels) == len(prog.layout.profiled) >= 4 and all(t > 0 for t in kernels)
+    seconds, kernels = timed(prog, [a], {}, 2, bound=1e-9)
+    assert seconds > 1e-9 and len(kernels) == len(prog.layout.profiled)
+    assert kernels[0] > 0 and not any(kernels[1:])
+
+
 def test_a_kernel_compiles_once_with_or_without_blas_beside_it(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Objects are cached per unit: a kernel unit is the same object in a program whose

@@ -150,6 +150,13 @@ class CompiledProgram:
                 for b in self.layout.outputs]
         return hit
 
+    def clear_kernel_ns(self) -> None:
+        """Zeroes each profiled kernel's nanoseconds (a run stopped at its budget leaves
+        the kernels it did not reach at 0)."""
+        if n := len(self.layout.profiled):
+            ctypes.memset((ctypes.c_int64 * n).in_dll(load(self.library), "lumos_profile_ns"),
+                          0, 8 * n)
+
     def kernel_ns(self) -> list[int]:
         """Each profiled kernel's nanoseconds in the last run (`layout.profiled` order)."""
         n = len(self.layout.profiled)

@@ -194,15 +194,16 @@ def timed(program: CompiledProgram, inputs: Sequence[np.ndarray], env: Mapping[s
     warm-up's seconds if they exceed `bound` (the candidate has lost); the warm-up stops
     after the kernel that passes `bound` (a losing candidate's whole run can take many
     times the best one's). And, of a profiled program, each kernel's least seconds over
-    the trials (what else runs on the machine only ever adds time; none when the warm-up
-    stopped it)."""
+    the trials (what else runs on the machine only ever adds time); when the warm-up
+    stopped, each kernel's seconds in it (0 for those it did not reach)."""
     outs = [np.empty(program.shape(b, env), b.dtype.np) for b in program.layout.outputs]
     statics = Statics()  # (the kernels of weights alone run in the warm-up, untimed)
+    program.clear_kernel_ns()
     t = time.perf_counter()
     program.run(inputs, env, outs, budget=bound if math.isfinite(bound) else None,
                 statics=statics)
     if (warm := time.perf_counter() - t) > bound:
-        return warm, []
+        return warm, [ns * 1e-9 for ns in program.kernel_ns()]
     times, kernels = [], []
     for _ in range(trials):
         t = time.perf_counter()
@@ -312,11 +313,16 @@ def tune(graph: Graph, search: GeneticSearch | KernelSearch,
                 cap = bound * share[e] if share else bound
                 seconds, per_kernel = sandbox.run(timed, program, inputs, dict(env),
                                                   opts.trials, cap, timeout=limit)
-                if seconds > cap:  # it has lost: its time here, as a whole's
+                if seconds > cap:  # it has lost: its time here, as a whole's, and the
+                    # kernels it reached (the search may tell which move lost it)
                     log("search", f"candidate cut short at {dict(env)} ({program.source}): "
                                   f"{seconds:.3g} s, "
                                   f"more than {cap:.3g} s")
-                    return Measured(seconds / share[e] if share else seconds)
+                    s, origin = share[e] if share else 1.0, getattr(program, "origin", {})
+                    return Measured(seconds / s, reached=tuple(
+                        KernelTime(k.name, *origin[k.node], t / s)
+                        for k, t in zip(program.layout.profiled, per_kernel, strict=False)
+                        if t > 0 and k.node in origin))
                 times.append(seconds)
                 kernels.append(per_kernel)
             if not share:  # the sizes' weights: the first candidate measured whole
