@@ -375,7 +375,7 @@ class KernelSearch:
 
     def _propose(self) -> list[Move]:
         """A batch of moves on disjoint kernels: those of signatures kept elsewhere first,
-        then untried ones. The variants of an e-node (same op and children, other fields:
+        then untried ones, those of the slowest kernels first. The variants of an e-node (same op and children, other fields:
         a kernel's schedules) are moves once it is chosen; from another e-node, only its
         first variant is (coordinate descent: a class of k e-nodes of v variants each
         costs k + v moves, not k * v, and a hopeless kernel is timed once, not v times)."""
@@ -413,6 +413,9 @@ class KernelSearch:
                         known.append((Move(c, j, deep, sig), touched))
         self.rng.shuffle(known)
         self.rng.shuffle(fresh)
+        # where moves share a kernel, those on the slower kernels first: a kernel's moves
+        # gain at most its time (ties in random order)
+        fresh.sort(key=lambda e: -self._kernels[by_class[e[0].cls][0]].seconds)
         batch, used, sigs = [], set(), set()
         for m, touched in known + fresh:
             if len(batch) >= MAX_MOVES:
@@ -566,6 +569,9 @@ class KernelSearch:
             if ok:
                 keep.update(members)
                 self._gained += gain
+                log("search", "  kept " + ", ".join(
+                    self._node_text(moves[i].cls, moves[i].alt)[:120] for i in members)
+                    + f": {_ms(cost_old[r])} -> {_ms(cost_new[r])}")
         if keep:
             g = dict(g0)
             for i in keep:
