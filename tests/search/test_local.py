@@ -87,32 +87,12 @@ def test_independent_kernels_reach_the_best_program_in_few_candidates():
     assert genetic.best()[1] > best
 
 
-def test_a_run_cut_short_is_tried_again_in_halves():
-    """One alternative makes the whole program far slower (an OpenMP kernel waking threads
-    that OpenBLAS's keep busy): its runs are cut short (no kernel times). The moves batched
-    with it are not lost: the batch is halved until that move stands alone, and the best
-    program without it is found."""
-    space = as_kernels(grid_space(8, 4))
-    cost = random_costs(space, 0)
-    poison = next(n for n in space.classes[1] if n.fields and n.op != space.classes[1][0].op)
-    best = sum(min(cost[(n.op, n.fields)] for n in c if n is not poison)
-               for c in space.classes if c[0].fields)
-    search = KernelSearch(space, CompileOptions(limit=200))
-    while (g := search.next_candidate()) is not None:
-        if any(n is poison for _, n in extract(space, g)):
-            outcome = Measured(1e6)  # cut short: its time so far, no kernel times
-        else:
-            ks = kernels_of(space, g, cost)
-            outcome = Measured(sum(k.seconds for k in ks), ks)
-        search.report(g, outcome)
-    assert search.best()[1] == pytest.approx(best)
-    assert search.stop_reason == "no move left to try"
-
-
 def _poisoned(reached: bool) -> tuple[KernelSearch, float, int]:
-    """test_a_run_cut_short_is_tried_again_in_halves' search (the search, the best
-    program's time, candidates reported); `reached`: a cut-short run names the kernels
-    it ran, the poisoned one among them (run in class order, stopped after it)."""
+    """One alternative makes the whole program far slower (an OpenMP kernel waking
+    threads that OpenBLAS's keep busy): its runs are cut short. The search, the best
+    program's time without it, and the candidates reported; `reached`: a cut-short run
+    names the kernels it ran, the poisoned one among them (run in class order, stopped
+    after it)."""
     space = as_kernels(grid_space(8, 4))
     cost = random_costs(space, 0)
     poison = next(n for n in space.classes[1] if n.fields and n.op != space.classes[1][0].op)
@@ -135,6 +115,15 @@ def _poisoned(reached: bool) -> tuple[KernelSearch, float, int]:
             outcome = Measured(sum(k.seconds for k in ks), ks)
         search.report(g, outcome)
     return search, best, count
+
+
+def test_a_run_cut_short_is_tried_again_in_halves():
+    """Runs cut short with no kernel times: the moves batched with the one that lost them
+    are not lost: the batch is halved until that move stands alone, and the best
+    program without it is found."""
+    search, best, _ = _poisoned(reached=False)
+    assert search.best()[1] == pytest.approx(best)
+    assert search.stop_reason == "no move left to try"
 
 
 def test_a_run_cut_short_names_the_move_that_lost_it():
