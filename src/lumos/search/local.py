@@ -375,10 +375,11 @@ class KernelSearch:
 
     def _propose(self) -> list[Move]:
         """A batch of moves on disjoint kernels: those of signatures kept elsewhere first,
-        then untried ones, those of the slowest kernels first. The variants of an e-node (same op and children, other fields:
-        a kernel's schedules) are moves once it is chosen; from another e-node, only its
-        first variant is (coordinate descent: a class of k e-nodes of v variants each
-        costs k + v moves, not k * v, and a hopeless kernel is timed once, not v times)."""
+        then untried ones, those of the slowest kernels first. The variants of an e-node
+        (same op and children, other fields: a kernel's schedules) are moves once it is
+        chosen; from another e-node, only its first variant is (coordinate descent: a
+        class of k e-nodes of v variants each costs k + v moves, not k * v, and a
+        hopeless kernel is timed once, not v times)."""
         assert self.incumbent is not None
         g, nodes = self.incumbent, self.space.classes
         by_class, by_root, order = self._layout()
